@@ -1,0 +1,294 @@
+"""Context plans: memory fitted into token budgets for the next model call (SPEC §5.8).
+
+``build_context_plan`` fills five sections — user facts, related topics (graph), relevant past
+moments, previous sessions, lessons — each within its budget from the governor. Every step runs
+inside its own guard: a failing step leaves its section empty and a plan is always returned.
+Lines are fitted one at a time; a line that does not fit is cut at a word boundary (when at
+least 24 tokens remain) or skipped, and fitting *continues* with the next line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import procedural, retrieval, semantic
+from .clock import age_days, recency, utcnow
+from .governor import MemoryProfile
+from .text import one_line, query_terms
+
+if TYPE_CHECKING:
+    from .background import Services
+
+__all__ = ["SECTION_HEADINGS", "ContextPlan", "build_context_plan", "fit_lines"]
+
+logger = logging.getLogger("elastimem")
+
+SECTION_HEADINGS = {
+    "user_facts": "WHAT YOU KNOW ABOUT THE USER",
+    "graph_context": "RELATED TOPICS",
+    "relevant_past_moments": "RELEVANT PAST MOMENTS (from earlier conversations)",
+    "previous_sessions": "PREVIOUS SESSIONS",
+    "lessons": "LESSONS FROM PAST MISTAKES",
+}
+SECTION_ORDER = tuple(SECTION_HEADINGS)
+MIN_TOKENS_TO_CUT = 24
+PAST_MOMENT_CHARS = 240
+PREVIOUS_SESSIONS = 5
+ELLIPSIS = "…"
+
+
+@dataclass(frozen=True)
+class ContextPlan:
+    """Prompt sections for one model call, plus how much history the host should keep."""
+
+    sections: dict[str, str]
+    rolling_summary: str
+    keep_last_n_turns: int
+    profile: MemoryProfile
+    fact_ids: tuple[int, ...] = ()
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def render(self) -> str:
+        """Each non-empty section under its heading, separated by blank lines.
+
+        The rolling summary is not rendered: it belongs with the host's recent turns.
+        """
+        blocks = [
+            f"{SECTION_HEADINGS[name]}\n{text}"
+            for name, text in self.sections.items()
+            if text and name in SECTION_HEADINGS
+        ]
+        return "\n\n".join(blocks)
+
+
+def fit_lines(lines: list[str], budget: int, est: Callable[[str], int]) -> str:
+    """Add lines in order while the joined text fits ``budget`` tokens (see module doc)."""
+    return fit_lines_indexed(lines, budget, est)[0]
+
+
+def fit_lines_indexed(
+    lines: list[str], budget: int, est: Callable[[str], int]
+) -> tuple[str, list[int]]:
+    """``fit_lines`` that also returns the indexes of the lines that made it in (cut or whole)."""
+    kept: list[str] = []
+    indexes: list[int] = []
+    for index, line in enumerate(lines):
+        candidate = "\n".join([*kept, line])
+        if est(candidate) <= budget:
+            kept.append(line)
+            indexes.append(index)
+            continue
+        used = est("\n".join(kept)) if kept else 0
+        if budget - used >= MIN_TOKENS_TO_CUT:
+            cut = _cut_to_fit(kept, line, budget, est)
+            if cut:
+                kept.append(cut)
+                indexes.append(index)
+    return "\n".join(kept), indexes
+
+
+def _cut_to_fit(kept: list[str], line: str, budget: int, est: Callable[[str], int]) -> str:
+    """The longest word-boundary prefix of ``line`` + "…" that still fits after ``kept``."""
+    words = line.split(" ")
+
+    def fits(text: str) -> bool:
+        return est("\n".join([*kept, text])) <= budget
+
+    low, high = 0, len(words) - 1  # high: never the whole line (it did not fit)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(" ".join(words[:mid]) + ELLIPSIS):
+            low = mid
+        else:
+            high = mid - 1
+    if low > 0:
+        return " ".join(words[:low]) + ELLIPSIS
+    # Not even one word fits whole: cut the first word by characters.
+    first = words[0]
+    low, high = 0, len(first) - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(first[:mid] + ELLIPSIS):
+            low = mid
+        else:
+            high = mid - 1
+    return first[:low] + ELLIPSIS if low > 0 else ""
+
+
+def build_context_plan(services: Services, user_input: str, session_id: int | None) -> ContextPlan:
+    """§5.8. Never raises: every step is guarded and the plan is always returned."""
+    profile = services.profile()
+    budgets = profile.budgets
+    config = services.config()
+    est = services.est
+    sections = dict.fromkeys(SECTION_ORDER, "")
+    fact_ids: list[int] = []
+    state: dict[str, Any] = {"terms": [], "signal": None}
+
+    def guarded(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            logger.error("build_context: the %s step failed: %s", name, exc)
+
+    def prepare() -> None:
+        if len(user_input.split()) >= config.min_retrieval_query_words:
+            state["terms"] = query_terms(user_input)
+        if state["terms"]:
+            from .background import graph_signal
+
+            state["signal"] = graph_signal(services, user_input)
+
+    def user_facts() -> None:
+        lines, ids = _fact_lines(services, state["terms"], state["signal"])
+        text, kept = fit_lines_indexed(lines, budgets.facts, est)
+        sections["user_facts"] = text
+        fact_ids.extend(ids[i] for i in kept)
+
+    def graph_context() -> None:
+        signal = state["signal"]
+        if not state["terms"] or profile.graph_hops <= 0 or signal is None:
+            return
+        lines = _graph_lines(signal)
+        sections["graph_context"] = fit_lines(lines, min(budgets.graph, budgets.episodic), est)
+
+    def past_moments() -> None:
+        if not state["terms"]:
+            return
+        graph_tokens = est(sections["graph_context"]) if sections["graph_context"] else 0
+        budget = max(0, budgets.episodic - graph_tokens)
+        hits = _past_hits(services, user_input, profile, session_id, state["signal"])
+        lines = [f"- [{h.date}] {one_line(h.text, PAST_MOMENT_CHARS)}" for h in hits]
+        sections["relevant_past_moments"] = fit_lines(lines, budget, est)
+
+    def previous_sessions() -> None:
+        with services.db.read() as conn:
+            rows = conn.execute(
+                "SELECT started_at, summary, title FROM sessions WHERE ended_at IS NOT NULL "
+                "AND id IS NOT ? AND (summary IS NOT NULL OR title IS NOT NULL) "
+                "ORDER BY started_at DESC, id DESC LIMIT ?",
+                (session_id, PREVIOUS_SESSIONS),
+            ).fetchall()
+        lines = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], 400)}" for r in reversed(rows)]
+        sections["previous_sessions"] = fit_lines(lines, budgets.sessions, est)
+
+    def lessons() -> None:
+        if config.lessons_in_prompt <= 0:
+            return
+        with services.db.read() as conn:
+            texts = procedural.top_lessons(conn, config.lessons_in_prompt)
+        sections["lessons"] = fit_lines([f"- {t}" for t in texts], budgets.lessons, est)
+
+    guarded("retrieval", prepare)
+    guarded("user_facts", user_facts)
+    guarded("graph_context", graph_context)
+    guarded("relevant_past_moments", past_moments)
+    guarded("previous_sessions", previous_sessions)
+    guarded("lessons", lessons)
+
+    def touch() -> None:
+        if fact_ids:
+            with services.db.atomic() as conn:
+                semantic.touch(conn, fact_ids)
+
+    guarded("touch", touch)
+    rolling = ""
+
+    def digest() -> None:
+        nonlocal rolling
+        current_id, items = services.current_digest()
+        if items:
+            rolling = "\n".join(items)
+        elif current_id is not None:
+            with services.db.read() as conn:
+                row = conn.execute(
+                    "SELECT rolling_summary FROM sessions WHERE id = ?", (current_id,)
+                ).fetchone()
+            rolling = (row[0] or "") if row else ""
+
+    guarded("rolling_summary", digest)
+    tokens = {name: (est(text) if text else 0) for name, text in sections.items()}
+    return ContextPlan(
+        sections=sections,
+        rolling_summary=rolling,
+        keep_last_n_turns=profile.keep_last_n_turns,
+        profile=profile,
+        fact_ids=tuple(fact_ids),
+        tokens=tokens,
+    )
+
+
+def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list[str], list[int]]:
+    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2)."""
+    config = services.config()
+    weights = retrieval.DEFAULT_WEIGHTS
+    with services.db.read() as conn:
+        live = semantic.live_facts(conn)
+        relevance: dict[int, float] = {}
+        if terms:
+            relevance = retrieval.fact_keyword_leg(
+                conn, terms, retrieval.Filters(), services.db.fts_enabled
+            )
+    now = utcnow()
+    profile_facts = [f for f in live if f.category == "profile"]
+    notes = []
+    for order, fact in enumerate(f for f in live if f.category != "profile"):
+        g = 0.0
+        if signal is not None:
+            try:
+                g, _names = signal.fact_score(fact.key, fact.value)
+            except Exception:
+                g = 0.0
+        total = (
+            relevance.get(fact.id, 0.0)
+            + weights.imp * (fact.importance - 0.5)
+            + weights.rec * recency(age_days(fact.valid_from, now), config.fact_recency_half_life_days)
+            + weights.graph * g
+        )
+        notes.append((-total, order, fact))
+    notes.sort(key=lambda item: (item[0], item[1]))
+    ordered = profile_facts + [item[2] for item in notes]
+    lines = [f"- {f.key}: {one_line(f.value, 500)}" for f in ordered]
+    return lines, [f.id for f in ordered]
+
+
+def _graph_lines(signal: Any) -> list[str]:
+    """``- <label>: <names>`` per cluster label, then one line of unlabelled names."""
+    by_label: dict[str, set[str]] = {}
+    unlabelled: set[str] = set()
+    for name, label in signal.context_nodes():
+        if label:
+            by_label.setdefault(label, set()).add(name)
+        else:
+            unlabelled.add(name)
+    lines = [f"- {label}: {', '.join(sorted(names))}" for label, names in sorted(by_label.items())]
+    if unlabelled:
+        lines.append("- " + ", ".join(sorted(unlabelled)))
+    return lines
+
+
+def _past_hits(
+    services: Services, text: str, profile: MemoryProfile, session_id: int | None, signal: Any
+) -> list[Any]:
+    from .background import vector_leg
+
+    terms = query_terms(text)
+    if not terms:
+        return []
+    config = services.config()
+    leg = vector_leg(services, text, profile)
+    with services.db.read() as conn:
+        ranking = retrieval.rank(
+            conn, terms, k=profile.episodic_top_k, kinds=frozenset({"chunk"}),
+            filters=retrieval.Filters(exclude_session=session_id),
+            fts_enabled=services.db.fts_enabled,
+            chunk_half_life=config.episodic_recency_half_life_days,
+            fact_half_life=config.fact_recency_half_life_days,
+            vector_leg=leg, graph=signal,
+        )  # fmt: skip
+    return ranking.hits
+
+

@@ -1,0 +1,797 @@
+"""Background work: queueing at each turn, the job handlers, digests, warm-up and reindex.
+
+The worker (``worker.py``) runs these handlers; they receive a ``Services`` bundle with what
+they need (database, gate, embedding source, vector index, current config and profile) and
+never touch the facade. Every LLM call goes through ``gate.LLMGate.call``; every write goes
+through ``db.atomic()`` and never while an LLM or embedder call is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import db, episodic, graph, jobs, procedural, semantic
+from .clock import now_ts
+from .config import ElastimemConfig
+from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
+from .errors import EmbedderError
+from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
+from .gate import GateDeferred, GateDenied, LLMGate
+from .governor import MemoryProfile
+from .prompts import (
+    build_condense_prompt,
+    build_fact_merge_prompt,
+    build_session_summary_prompt,
+    clean_llm_text,
+    clean_value,
+    split_sentences,
+)
+from .retrieval import Filters, fact_keyword_leg
+from .text import collapse_whitespace, normalize_key, query_terms
+from .vectors import EmbeddingSource, VectorIndex, write_vectors
+from .worker import Worker
+
+logger = logging.getLogger("elastimem")
+
+EXTRACT_CHUNK_IMPORTANCE = 0.8
+BACKFILL_BATCH = 256
+EMBED_BATCH = 64
+SUMMARY_TURNS = 12
+SUMMARY_TURN_CHARS = 160
+EVICTED_SIDE_CHARS = 200
+DIGEST_CLAUSE_CHARS = 120
+MERGE_REVIEWS_PER_SWEEP = 5
+MERGE_REPLY_LIMIT = 200
+WARM_UP_FOR_REINDEX_SECONDS = 300.0
+
+
+@dataclass
+class Services:
+    """What the background handlers need from one store instance."""
+
+    db: db.Database
+    owner: episodic.Owner
+    gate: LLMGate
+    embedding: EmbeddingSource
+    vectors: VectorIndex
+    config: Callable[[], ElastimemConfig]
+    profile: Callable[[], MemoryProfile]
+    llm: Callable[[], Callable[..., str] | None]
+    est: Callable[[str], int]
+    current_digest: Callable[[], tuple[int | None, list[str]]]
+    apply_digest: Callable[[int, list[str]], None]
+    ensure_session: Callable[[], int]
+    worker: Worker | None = None
+
+    def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
+        """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
+        return self.gate.call(
+            kind, prompt, llm=self.llm(), profile=self.profile(), max_tokens=max_tokens,
+            phase=phase,
+        )  # fmt: skip
+
+
+def make_worker(services: Services, on_wake: Callable[[], None]) -> Worker:
+    handlers = {
+        "embed": lambda job: run_embed(services, job),
+        "link": lambda job: run_link(services, job),
+        "extract": lambda job: run_extract(services, job),
+        "rolling_summary": lambda job: run_rolling_summary(services, job),
+        "session_summary": lambda job: run_session_summary(services, job),
+        "consolidate": lambda job: run_consolidate(services, job),
+    }
+    worker = Worker(
+        services.db,
+        services.owner,
+        handlers,
+        skip_kinds=lambda: jobs.LLM_KINDS if services.gate.blocks_llm_jobs() else frozenset(),
+        on_wake=on_wake,
+        on_idle=lambda idle_for: on_idle(services, idle_for),
+        idle_seconds=lambda: services.config().idle_consolidate_seconds,
+    )
+    services.worker = worker
+    return worker
+
+
+# -- queueing ---------------------------------------------------------------------------------
+
+
+def queue_turn_jobs(
+    conn: sqlite3.Connection,
+    services: Services,
+    record: episodic.TurnRecord,
+    user: str,
+    profile: MemoryProfile,
+    config: ElastimemConfig,
+) -> None:
+    """§5.10 step 3: link, embed and extract jobs for a freshly stored turn."""
+    if not record.chunk_ids:
+        return
+    owner = services.owner
+    chunk_payload = {"chunk_ids": list(record.chunk_ids)}
+    if graph.has_nodes(conn):
+        jobs.enqueue(conn, "link", owner, session_id=record.session_id, payload=chunk_payload)
+    if profile.embeddings_enabled and services.embedding.can_embed_passages():
+        jobs.enqueue(conn, "embed", owner, session_id=record.session_id, payload=chunk_payload)
+    cadence = profile.extraction_cadence
+    if (
+        services.llm() is not None
+        and profile.llm_extraction_enabled
+        and cadence != Cadence.OFF
+        and len(user.split()) >= config.min_query_words
+    ):
+        state = "queued" if cadence == Cadence.PER_TURN else "held"
+        jobs.enqueue(
+            conn, "extract", owner, state=state, session_id=record.session_id,
+            payload={"turns": [record.turn]},
+        )  # fmt: skip
+        if (
+            cadence == Cadence.BATCHED
+            and jobs.count_held_extracts(conn, record.session_id) >= config.batched_every_n_turns
+        ):
+            jobs.release_held_extracts(conn, record.session_id, owner, "turn")
+
+
+def on_idle(services: Services, idle_for: float) -> None:
+    """Idle sweep and embedding backfill (§5.11)."""
+    profile = services.profile()
+    config = services.config()
+    with services.db.atomic() as conn:
+        if (
+            idle_for >= config.idle_consolidate_seconds
+            and profile.consolidation_level == ConsolidationLevel.FULL
+            and not services.gate.foreground_active
+            and db.get_meta_int(conn, "writes_since_consolidation") > 0
+            and not jobs.has_pending(conn, "consolidate", services.owner)
+        ):
+            jobs.enqueue(conn, "consolidate", services.owner)
+        if (
+            profile.embeddings_enabled
+            and services.embedding.can_embed_passages()
+            and not jobs.has_pending(conn, "embed", services.owner)
+            and conn.execute("SELECT 1 FROM chunks WHERE embedding IS NULL LIMIT 1").fetchone()
+        ):
+            jobs.enqueue(conn, "embed", services.owner, payload={"backfill": True})
+
+
+# -- embed ------------------------------------------------------------------------------------
+
+
+def _ensure_embedder_loaded(services: Services) -> bool:
+    """On the worker thread: load the built-in embedder if allowed. True when resident."""
+    source = services.embedding
+    if source.resident():
+        return True
+    if source.builtin is not None and services.profile().embedder_load_allowed:
+        return source.builtin.load()
+    return False
+
+
+def active_dim(services: Services, conn: sqlite3.Connection, label: str) -> int | None:
+    dim = services.embedding.dims.get(label)
+    if dim is None:
+        value = db.get_meta_int(conn, f"embedder.{label}.dim", 0)
+        dim = value or None
+    return dim
+
+
+def run_embed(services: Services, job: jobs.Job) -> None:
+    if not services.profile().embeddings_enabled or not _ensure_embedder_loaded(services):
+        return  # backfilled later, when the tier allows it
+    label = services.embedding.label
+    if label is None:
+        return
+    with services.db.read() as conn:
+        dim = active_dim(services, conn, label)
+        if job.payload.get("backfill"):
+            rows = conn.execute(
+                "SELECT id, text FROM chunks WHERE embedding IS NULL ORDER BY id LIMIT ?",
+                (BACKFILL_BATCH,),
+            ).fetchall()
+        else:
+            ids = [int(i) for i in job.payload.get("chunk_ids", []) if isinstance(i, int)]
+            rows = _chunks_needing_vectors(conn, ids, label, dim)
+    for start in range(0, len(rows), EMBED_BATCH):
+        batch = rows[start : start + EMBED_BATCH]
+        matrix = services.embedding.embed_passages([str(r[1]) for r in batch])
+        with services.db.atomic() as conn:
+            write_vectors(conn, [int(r[0]) for r in batch], matrix, label)
+        services.embedding.record_dim(label, int(matrix.shape[1]))
+
+
+def _chunks_needing_vectors(
+    conn: sqlite3.Connection, ids: list[int], label: str, dim: int | None
+) -> list[tuple[Any, ...]]:
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    return conn.execute(
+        f"SELECT id, text FROM chunks WHERE id IN ({marks}) AND (embedding IS NULL "
+        "OR embedding_model IS NOT ? OR embedding_dim IS NOT ?) ORDER BY id",
+        (*ids, label, dim if dim is not None else -1),
+    ).fetchall()
+
+
+def reindex(
+    services: Services,
+    worker: Worker,
+    progress: Callable[[int, int], None] | None,
+    *,
+    force: bool,
+) -> int:
+    """Re-embed chunks without a current vector (or all with ``force``), on this thread."""
+    source = services.embedding
+    if source.builtin is not None and not source.resident() and source.host_embed is None:
+        if source.builtin.state == "not_loaded":
+            worker.submit(source.builtin.load)
+        worker.wait_for(lambda: source.builtin is None or source.builtin.state in
+                        ("ready", "failed"), WARM_UP_FOR_REINDEX_SECONDS)  # fmt: skip
+    label = source.label
+    if label is None or not source.resident() or not source.can_embed_passages():
+        logger.warning("reindex found no usable embedder; nothing was re-embedded")
+        return 0
+    with services.db.read() as conn:
+        dim = active_dim(services, conn, label)
+        if dim is None:
+            dim = int(_embed_or_raise(source, ["dimension probe"]).shape[1])
+        if force:
+            ids = [int(r[0]) for r in conn.execute("SELECT id FROM chunks ORDER BY id")]
+        else:
+            ids = [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM chunks WHERE embedding IS NULL OR embedding_model IS NOT ? "
+                    "OR embedding_dim IS NOT ? ORDER BY id",
+                    (label, dim),
+                )
+            ]
+    total = len(ids)
+    done = 0
+    for start in range(0, total, EMBED_BATCH):
+        part = ids[start : start + EMBED_BATCH]
+        with services.db.read() as conn:
+            marks = ",".join("?" * len(part))
+            rows = conn.execute(
+                f"SELECT id, text FROM chunks WHERE id IN ({marks}) ORDER BY id", part
+            ).fetchall()
+        if rows:
+            matrix = _embed_or_raise(source, [str(r[1]) for r in rows])
+            with services.db.atomic() as conn:
+                write_vectors(conn, [int(r[0]) for r in rows], matrix, label)
+            source.record_dim(label, int(matrix.shape[1]))
+        done += len(part)
+        if progress is not None:
+            progress(done, total)
+    with services.db.atomic() as conn:
+        db.bump_meta(conn, "vectors.gen")
+        db.log_event(conn, "reindex", chunks=done, label=label)
+    return done
+
+
+def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
+    try:
+        return source.embed_passages(texts)
+    except Exception as exc:
+        raise EmbedderError(
+            f"the embedder failed during reindex ({exc}); fix the embedder and run reindex "
+            "again, batches already written are kept"
+        ) from exc
+
+
+def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout: float) -> bool:
+    source = services.embedding
+    if source.host_embed is not None or source.host_query is not None:
+        return not source.failed
+    builtin = source.builtin
+    if builtin is None:
+        return False
+    if builtin.state in ("ready", "failed") or not profile.embedder_load_allowed:
+        return builtin.state == "ready"
+    worker.submit(builtin.load)
+    worker.wait_for(lambda: builtin.state in ("ready", "failed"), timeout)
+    return builtin.state == "ready"
+
+
+_load_requested: set[int] = set()
+
+
+def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
+    """The vector leg for one query, or None when the gate of §5.6 says no."""
+    source = services.embedding
+    if not profile.vector_recall_enabled or source.failed or not source.configured:
+        return None
+    if not source.resident():
+        builtin = source.builtin
+        if (
+            builtin is not None
+            and builtin.state == "not_loaded"
+            and profile.embedder_load_allowed
+            and services.worker is not None
+            and id(builtin) not in _load_requested
+        ):
+            _load_requested.add(id(builtin))
+            services.worker.submit(builtin.load)
+        return None
+    label = source.label
+    if label is None:
+        return None
+    try:
+        with services.db.read() as conn:
+            dim = active_dim(services, conn, label)
+        query = source.query_vector(text, dim)
+    except Exception as exc:
+        logger.warning("the query embedding failed; using keyword results: %s", exc)
+        return None
+    if query is None:
+        return None
+    return lambda conn, filters, n: services.vectors.search(conn, query, label, filters, n)
+
+
+# -- graph hooks ------------------------------------------------------------------------------
+
+
+def run_link(services: Services, job: jobs.Job) -> None:
+    ids = [int(i) for i in job.payload.get("chunk_ids", []) if isinstance(i, int)]
+    if ids:
+        with services.db.atomic() as conn:
+            graph.link_chunks(conn, ids)
+
+
+def graph_signal(services: Services, text: str) -> Any:
+    hops = services.profile().graph_hops
+    try:
+        return graph.build_signal(services.db, text, hops)
+    except Exception as exc:
+        logger.warning("graph expansion failed; ranking without it: %s", exc)
+        return None
+
+
+def list_clusters(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    return graph.list_clusters(conn)
+
+
+# -- extraction -------------------------------------------------------------------------------
+
+
+def _gate_outcome(services: Services, kind: str, exc: Exception) -> None:
+    """Translate a gate refusal into the job outcome of §5.11."""
+    if isinstance(exc, GateDeferred):
+        raise jobs.JobDeferred(str(exc)) from exc
+    config = services.config()
+    if kind == "extract" and services.profile().tier == Tier.LITE and config.lite_llm_extraction:
+        raise jobs.JobHeld(str(exc)) from exc
+    # Any other denial: the job is simply done (deleted).
+
+
+def run_extract(services: Services, job: jobs.Job) -> None:
+    session_id = job.session_id
+    wanted = [t for t in job.payload.get("turns", []) if isinstance(t, int)]
+    if session_id is None or not wanted:
+        return
+    turns = _load_turns(services, session_id, wanted)
+    if not turns:
+        return  # erased meanwhile
+    config = services.config()
+    max_tokens = 2 * config.worker_max_tokens
+    for group in pack_turns(turns, config.min_query_words):
+        try:
+            reply = services.ask("extract", build_extract_prompt(group),
+                                 max_tokens=max_tokens, phase=job.phase)  # fmt: skip
+        except (GateDeferred, GateDenied) as exc:
+            _gate_outcome(services, "extract", exc)
+            return
+        store_extraction(services, session_id, group, reply)
+
+
+def _load_turns(services: Services, session_id: int, wanted: list[int]) -> list[Turn]:
+    marks = ",".join("?" * len(wanted))
+    with services.db.read() as conn:
+        rows = conn.execute(
+            f"SELECT turn, role, content, created_at FROM messages WHERE session_id = ? "
+            f"AND turn IN ({marks}) ORDER BY turn, id",
+            (session_id, *wanted),
+        ).fetchall()
+    by_turn: dict[int, dict[str, str]] = {}
+    for turn, role, content, created_at in rows:
+        entry = by_turn.setdefault(int(turn), {"user": "", "assistant": "", "at": created_at})
+        if role in ("user", "assistant"):
+            entry[role] = content
+    return [
+        Turn(user=e["user"], assistant=e["assistant"], turn=t, at=e["at"])
+        for t, e in sorted(by_turn.items())
+    ]
+
+
+def store_extraction(services: Services, session_id: int, group: list[Turn], reply: str) -> None:
+    """Store facts (as ``auto``) and graph items of one extraction reply (§5.12)."""
+    extraction = parse_extraction(reply)
+    if extraction.is_empty:
+        return
+    config = services.config()
+    at = group[-1].at or None
+    turn_numbers = [t.turn for t in group]
+    with services.db.atomic() as conn:
+        touched = False
+        for key, value, reason in extraction.rejected:
+            semantic.quarantine(conn, key, value, reason, "auto", config.quarantine_cap)
+        for key, value in extraction.facts:
+            result = semantic.write_fact(
+                conn, key, value, "auto", profile_keys=config.profile_keys,
+                reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
+                at=at, origin_session_id=session_id,
+            )  # fmt: skip
+            touched = touched or result.changed or result.reason == "already stored"
+        chunk_rows = _turn_chunks(conn, session_id, turn_numbers)
+        if touched:
+            episodic.raise_chunk_importance(
+                conn, [r[0] for r in chunk_rows], EXTRACT_CHUNK_IMPORTANCE
+            )
+        if extraction.entities or extraction.relationships:
+            try:
+                with services.db.atomic():  # a savepoint: graph errors never cost the facts
+                    graph.store_extraction(
+                        conn, extraction.entities, extraction.relationships, chunk_rows,
+                        source_text=" ".join(f"{t.user} {t.assistant}" for t in group),
+                        node_cap=config.graph_node_cap, edge_cap=config.graph_edge_cap,
+                        fts_enabled=services.db.fts_enabled,
+                    )  # fmt: skip
+            except Exception as exc:
+                logger.warning("storing extracted graph items failed: %s", exc)
+        db.bump_meta(conn, "writes_since_consolidation")
+
+
+def _turn_chunks(
+    conn: sqlite3.Connection, session_id: int, turns: list[int]
+) -> list[tuple[int, str]]:
+    marks = ",".join("?" * len(turns))
+    rows = conn.execute(
+        f"SELECT c.id, c.text FROM chunks c JOIN messages m ON m.id = c.first_msg_id "
+        f"WHERE c.session_id = ? AND m.turn IN ({marks}) ORDER BY c.id",
+        (session_id, *turns),
+    ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+# -- digests and summaries --------------------------------------------------------------------
+
+
+def persist_digest(conn: sqlite3.Connection, session_id: int, items: list[str]) -> None:
+    conn.execute(
+        "UPDATE sessions SET rolling_summary = ? WHERE id = ?",
+        ("\n".join(items) if items else None, session_id),
+    )
+
+
+def leading_clause(text: str) -> str:
+    """The first clause of a message: cut after the earliest '. ', '? ' or '! ' in 120 chars."""
+    flat = collapse_whitespace(text)
+    window = flat[: DIGEST_CLAUSE_CHARS + 1]
+    cuts = [window.find(mark) for mark in (". ", "? ", "! ")]
+    cuts = [c for c in cuts if 0 <= c < DIGEST_CLAUSE_CHARS]
+    if cuts:
+        return flat[: min(cuts) + 1]
+    return flat[:DIGEST_CLAUSE_CHARS]
+
+
+def fit_digest(items: list[str], budget: int, est: Callable[[str], int]) -> list[str]:
+    """Drop the oldest items until the joined digest fits ``budget`` tokens."""
+    kept = list(items)
+    while kept and est("\n".join(kept)) > budget:
+        kept.pop(0)
+    return kept
+
+
+def _evicted_pairs(turns: Iterable[Any]) -> list[tuple[str, str]]:
+    from .text import sanitize
+
+    pairs: list[tuple[str, str]] = []
+    for turn in turns if turns is not None else []:
+        if isinstance(turn, dict):
+            user, assistant = turn.get("user", ""), turn.get("assistant", "")
+        elif isinstance(turn, (list, tuple)) and len(turn) == 2:
+            user, assistant = turn
+        else:
+            continue
+        pairs.append((sanitize(user), sanitize(assistant)))
+    return pairs
+
+
+def report_evictions(services: Services, turns: Iterable[Any]) -> None:
+    """§5.9 rolling digest: extractive inline, then an LLM condense job when allowed."""
+    pairs = _evicted_pairs(turns)
+    if not pairs:
+        return
+    session_id = services.ensure_session()
+    _, digest = services.current_digest()
+    budget = services.profile().budgets.sessions
+    items = list(digest)
+    lowered = {i.casefold() for i in items}
+    for user, _assistant in pairs:
+        if not user.strip():
+            continue
+        item = "- " + leading_clause(user)
+        if item.casefold() not in lowered:
+            items.append(item)
+            lowered.add(item.casefold())
+    if not items and not digest:
+        items = [f"[{len(pairs)} earlier turns omitted; search memory for details]"]
+    services.apply_digest(session_id, fit_digest(items, budget, services.est))
+    profile = services.profile()
+    if profile.rolling_summary_mode == RollingSummaryMode.LLM and services.llm() is not None:
+        evicted = [[u[:EVICTED_SIDE_CHARS], a[:EVICTED_SIDE_CHARS]] for u, a in pairs]
+        with services.db.atomic() as conn:
+            jobs.enqueue(conn, "rolling_summary", services.owner, session_id=session_id,
+                         payload={"evicted": evicted})  # fmt: skip
+        if services.worker is not None:
+            services.worker.signal()
+
+
+def run_rolling_summary(services: Services, job: jobs.Job) -> None:
+    session_id = job.session_id
+    if session_id is None:
+        return
+    current_id, digest = services.current_digest()
+    if current_id != session_id:
+        with services.db.read() as conn:
+            row = conn.execute(
+                "SELECT rolling_summary FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+        if row is None:
+            return
+        digest = [line for line in (row[0] or "").split("\n") if line.strip()]
+    evicted = [tuple(t) for t in job.payload.get("evicted", []) if isinstance(t, list)]
+    prompt = build_condense_prompt(digest, evicted)
+    try:
+        reply = services.ask("rolling_summary", prompt,
+                             max_tokens=services.config().worker_max_tokens)  # fmt: skip
+    except (GateDeferred, GateDenied) as exc:
+        _gate_outcome(services, "rolling_summary", exc)
+        return
+    sentences = split_sentences(clean_llm_text(reply))
+    if not sentences:
+        return  # the extractive digest stays
+    items = fit_digest(["- " + s for s in sentences], services.profile().budgets.sessions,
+                       services.est)  # fmt: skip
+    services.apply_digest(session_id, items)
+
+
+def run_session_summary(services: Services, job: jobs.Job) -> None:
+    session_id = job.session_id
+    if session_id is None or services.llm() is None:
+        return
+    if services.profile().tier < Tier.STANDARD:
+        return
+    with services.db.read() as conn:
+        rows = conn.execute(
+            "SELECT content FROM messages WHERE session_id = ? AND role = 'user' "
+            "ORDER BY turn DESC, id DESC LIMIT ?",
+            (session_id, SUMMARY_TURNS),
+        ).fetchall()
+    if len(rows) < 2:
+        return
+    user_turns = [str(r[0])[:SUMMARY_TURN_CHARS] for r in reversed(rows)]
+    try:
+        reply = services.ask("session_summary", build_session_summary_prompt(user_turns),
+                             max_tokens=services.config().worker_max_tokens)  # fmt: skip
+    except (GateDeferred, GateDenied) as exc:
+        _gate_outcome(services, "session_summary", exc)
+        return
+    summary = clean_llm_text(reply)
+    if summary:
+        with services.db.atomic() as conn:
+            conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, session_id))
+
+
+# -- consolidation ----------------------------------------------------------------------------
+
+
+def run_consolidate(services: Services, job: jobs.Job) -> None:
+    """§5.14: each step in its own guard; stats to the log and to ``meta``."""
+    level = services.profile().consolidation_level
+    if level == ConsolidationLevel.OFF:
+        return
+    config = services.config()
+    with services.db.atomic() as conn:
+        db.set_meta(conn, "writes_since_consolidation", 0)
+    stats: dict[str, int] = {}
+    full = level == ConsolidationLevel.FULL
+
+    def step(name: str, fn: Callable[[], dict[str, int] | None]) -> None:
+        try:
+            result = fn()
+            if result:
+                stats.update(result)
+        except (jobs.JobDeferred, jobs.JobHeld):
+            raise
+        except Exception as exc:
+            logger.warning("consolidation step %s failed: %s", name, exc)
+
+    def decay() -> dict[str, int]:
+        with services.db.atomic() as conn:
+            return {"archived": semantic.apply_decay(
+                conn, config.fact_decay_half_life_days, config.fact_archive_threshold)}  # fmt: skip
+
+    step("fact decay", decay)
+    if full:
+        step("fact merge review", lambda: review_fact_merges(services))
+    step("graph decay", lambda: graph.consolidate_decay(services.db, config))
+    step("graph dedupe", lambda: graph.consolidate_dedupe(services.db))
+    if full:
+        step("graph merge", lambda: graph.consolidate_llm_merge(services, config))
+    step("clusters", lambda: graph.consolidate_clusters(services.db))
+    if full:
+        step("cluster labels", lambda: graph.consolidate_labels(services))
+
+    def trims() -> None:
+        with services.db.atomic() as conn:
+            procedural.apply_cap(conn, config.max_lessons)
+            conn.execute(
+                "DELETE FROM quarantine WHERE id <= (SELECT max(id) FROM quarantine) - ?",
+                (config.quarantine_cap,),
+            )
+            conn.execute(
+                "DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?",
+                (db.EVENTS_KEPT,),
+            )
+
+    step("trims", trims)
+    with services.db.atomic() as conn:
+        db.set_meta(conn, "last_consolidation", json.dumps(stats, sort_keys=True))
+        db.set_meta(conn, "last_consolidated_at", now_ts())
+    logger.info("consolidation finished: %s", stats)
+
+
+def review_fact_merges(services: Services) -> dict[str, int]:
+    """LLM review of recent supersessions; a merge is a new version, never an edit."""
+    from .clock import ts_minus
+
+    config = services.config()
+    cutoff = ts_minus(config.fact_merge_review_window_days * 86400.0)
+    with services.db.read() as conn:
+        pairs = conn.execute(
+            "SELECT o.id, n.id, n.key, o.value, o.valid_from, n.value, n.valid_from "
+            "FROM facts o JOIN facts n ON n.id = o.invalidated_by "
+            "WHERE o.invalidated_at >= ? AND n.invalidated_at IS NULL AND n.source <> 'merge' "
+            "AND NOT EXISTS (SELECT 1 FROM fact_reviews r WHERE r.old_fact_id = o.id "
+            "AND r.new_fact_id = n.id) ORDER BY o.invalidated_at, o.id LIMIT ?",
+            (cutoff, MERGE_REVIEWS_PER_SWEEP),
+        ).fetchall()
+    merged = kept = 0
+    for old_id, new_id, key, old_value, old_at, new_value, new_at in pairs:
+        prompt = build_fact_merge_prompt(key, old_value, old_at, new_value, new_at)
+        try:
+            reply = services.ask("fact_merge", prompt, max_tokens=48)
+        except (GateDeferred, GateDenied):
+            break  # inside consolidate a denied call just skips its step
+        value = clean_value(reply)
+        with services.db.atomic() as conn:
+            live = conn.execute(
+                "SELECT id, importance, category, origin_session_id FROM facts "
+                "WHERE key = ? AND invalidated_at IS NULL",
+                (key,),
+            ).fetchone()
+            verdict, result_id = "rejected", None
+            if live is not None and int(live[0]) == int(new_id):
+                if value == new_value:
+                    verdict = "kept"
+                    kept += 1
+                elif value and len(value) <= MERGE_REPLY_LIMIT:
+                    result = semantic.write_fact(
+                        conn, key, value, "merge", profile_keys=config.profile_keys,
+                        reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
+                        origin_session_id=live[3], importance=float(live[1]), category=live[2],
+                    )  # fmt: skip
+                    if result.changed:
+                        verdict, result_id = "merged", result.fact_id
+                        merged += 1
+            conn.execute(
+                "INSERT OR IGNORE INTO fact_reviews (old_fact_id, new_fact_id, verdict, "
+                "result_fact_id, reviewed_at) VALUES (?, ?, ?, ?, ?)",
+                (old_id, new_id, verdict, result_id, now_ts()),
+            )
+    return {"merged": merged, "kept": kept}
+
+
+# -- timeline ---------------------------------------------------------------------------------
+
+
+def resolve_timeline_key(
+    conn: sqlite3.Connection, text: str, fts_enabled: bool
+) -> tuple[str | None, str]:
+    """§5.7 timeline: an exact key, else the best fact row over all versions, else none."""
+    key = normalize_key(text)
+    if key and conn.execute("SELECT 1 FROM facts WHERE key = ? LIMIT 1", (key,)).fetchone():
+        return key, "exact"
+    terms = query_terms(text)
+    if terms:
+        scores = fact_keyword_leg(conn, terms, Filters(), fts_enabled, live_only=False,
+                                  limit=200)  # fmt: skip
+        if scores:
+            ids = sorted(scores)
+            marks = ",".join("?" * len(ids))
+            rows = conn.execute(
+                f"SELECT id, key, invalidated_at IS NULL FROM facts WHERE id IN ({marks})", ids
+            ).fetchall()
+            best = max(rows, key=lambda r: (scores[int(r[0])], int(r[2]), int(r[0])))
+            return str(best[1]), "search"
+    found = graph.timeline_key(conn, text)
+    if found:
+        return found, "search"
+    return None, "none"
+
+
+# -- stats ------------------------------------------------------------------------------------
+
+
+def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
+    store = services.db
+    source = services.embedding
+    with store.read() as conn:
+
+        def one(sql: str, *params: object) -> int:
+            return int(conn.execute(sql, params).fetchone()[0])
+
+        label = source.label
+        dim = active_dim(services, conn, label) if label else None
+        embedded = stale = 0
+        if label is not None and dim is not None:
+            embedded = one(
+                "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?",
+                label, dim,
+            )  # fmt: skip
+            stale = one(
+                "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL AND "
+                "(embedding_model IS NOT ? OR embedding_dim IS NOT ?)",
+                label, dim,
+            )  # fmt: skip
+        elif label is None:
+            stale = one("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL")
+        result: dict[str, Any] = {
+            "path": store.path,
+            "db_bytes": _db_bytes(store.path),
+            "fts_enabled": store.fts_enabled,
+            "schema_version": db.get_meta_int(conn, "schema_version"),
+            "tier": tier.name.lower(),
+            "facts": one("SELECT count(*) FROM facts WHERE invalidated_at IS NULL "
+                         "AND archived = 0"),  # fmt: skip
+            "fact_versions": one("SELECT count(*) FROM facts"),
+            "archived_facts": one("SELECT count(*) FROM facts WHERE archived = 1 "
+                                  "AND invalidated_at IS NULL"),  # fmt: skip
+            "sessions": one("SELECT count(*) FROM sessions"),
+            "open_sessions": one("SELECT count(*) FROM sessions WHERE ended_at IS NULL"),
+            "messages": one("SELECT count(*) FROM messages"),
+            "chunks": one("SELECT count(*) FROM chunks"),
+            "embedded_chunks": embedded,
+            "stale_embeddings": stale,
+            "embedder": source.state(),
+            "embedding_model": label,
+            "vector_backend": services.vectors.backend_name(),
+            "lessons": one("SELECT count(*) FROM lessons WHERE archived = 0"),
+            "quarantine": one("SELECT count(*) FROM quarantine"),
+            "graph_nodes": one("SELECT count(*) FROM graph_nodes WHERE type <> 'self'"),
+            "graph_edges": one("SELECT count(*) FROM graph_edges"),
+            "jobs_pending": one("SELECT count(*) FROM jobs WHERE state IN "
+                                "('queued', 'held', 'running')"),  # fmt: skip
+            "jobs_failed": one("SELECT count(*) FROM jobs WHERE state = 'failed'"),
+            "llm_calls": dict(services.gate.calls),
+        }
+    return result
+
+
+def _db_bytes(path: str) -> int:
+    import os
+
+    if path == db.MEMORY_PATH:
+        return 0
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += os.path.getsize(path + suffix)
+        except OSError:
+            pass
+    return total

@@ -1,0 +1,618 @@
+"""Connections, pragmas, transactions and the open sequence (SPEC §4.1, §4.3, §4.5).
+
+One ``Database`` per store instance holds one *writer* connection and one *reader*
+connection per thread. Every write goes through ``atomic()``: it takes the write lock (an
+RLock shared by every instance in this process that opened the same resolved path), runs
+``BEGIN IMMEDIATE … COMMIT`` at the top level and a SAVEPOINT when nested, and rolls back on
+any exception. Reads go through ``read()``: the calling thread's own connection inside one
+``BEGIN … COMMIT`` so a multi-statement read sees one snapshot. ``:memory:`` has a single
+connection, so its reads take the lock too.
+
+SQLite errors never leave this module raw: ``translate_error`` turns them into ``StoreError``
+or ``StoreLockedError`` with a message that names the file and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import migrations
+from .clock import now_ts
+from .errors import SchemaTooNewError, StoreError, StoreLockedError
+from .text import em_fold
+
+logger = logging.getLogger("elastimem")
+
+# 10 s: long enough to ride out another process's commit or checkpoint, short enough that a
+# truly stuck lock surfaces as StoreLockedError instead of a hang. Tests lower it.
+BUSY_TIMEOUT_MS = 10_000
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+FTS_DISABLE_ENV_VAR = "ELASTIMEM_DISABLE_FTS"
+EVENTS_KEPT = 1000
+MEMORY_PATH = ":memory:"
+
+# SQLite primary result codes (sqlite_errorcode & 0xff).
+SQLITE_READONLY = 8
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_IOERR = 10
+SQLITE_CORRUPT = 11
+SQLITE_FULL = 13
+SQLITE_CANTOPEN = 14
+SQLITE_NOTADB = 26
+
+_MESSAGE_CODES = (
+    ("database is locked", SQLITE_BUSY),
+    ("database table is locked", SQLITE_LOCKED),
+    ("file is not a database", SQLITE_NOTADB),
+    ("file is encrypted or is not a database", SQLITE_NOTADB),
+    ("database disk image is malformed", SQLITE_CORRUPT),
+    ("database or disk is full", SQLITE_FULL),
+    ("unable to open database file", SQLITE_CANTOPEN),
+    ("attempt to write a readonly database", SQLITE_READONLY),
+    ("disk i/o error", SQLITE_IOERR),
+)
+
+_path_locks: dict[str, threading.RLock] = {}
+_path_locks_guard = threading.Lock()
+_wal_warned = False
+
+
+def _path_lock(resolved: str) -> threading.RLock:
+    with _path_locks_guard:
+        lock = _path_locks.get(resolved)
+        if lock is None:
+            lock = _path_locks[resolved] = threading.RLock()
+        return lock
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The primary SQLite result code of an exception, from its code or its message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    message = str(exc).lower()
+    for fragment, mapped in _MESSAGE_CODES:
+        if fragment in message:
+            return mapped
+    return None
+
+
+def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> StoreError:
+    """A ``StoreError`` (or ``StoreLockedError``) for a raw SQLite error, with a fix."""
+    code = error_code(exc)
+    if code in (SQLITE_BUSY, SQLITE_LOCKED):
+        err: StoreError = StoreLockedError(
+            f"{path} is locked by another process; close that process or retry later"
+        )
+    elif code == SQLITE_FULL:
+        err = StoreError(f"the disk holding {path} is full; free some space and retry")
+    elif code == SQLITE_READONLY:
+        err = StoreError(f"{path} is read-only; fix its permissions or open a writable copy")
+    elif code == SQLITE_CANTOPEN:
+        err = StoreError(
+            f"cannot open {path}; check that its folder exists and is writable by this user"
+        )
+    else:
+        err = StoreError(f"could not {action} {path}: {exc}; the store was left unchanged")
+    err.__cause__ = exc
+    return err
+
+
+def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:
+    """Pragmas for every connection (why each one is chosen is noted inline)."""
+    global _wal_warned
+    # Wait for other writers instead of failing at once.
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+    # Enforce the cascades and SET NULLs the schema relies on (erase, fact chains).
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.create_function("em_fold", 1, em_fold, deterministic=True)
+    if writer:
+        # WAL lets readers on other threads and processes run while one writer commits.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if not mode or str(mode[0]).lower() != "wal":
+            conn.execute("PRAGMA journal_mode = DELETE")
+            if not _wal_warned:
+                _wal_warned = True
+                logger.warning("the filesystem refused WAL; using the slower DELETE journal")
+    # NORMAL is durable across application crashes in WAL mode and much faster than FULL;
+    # only an OS crash or power loss can lose the last commits.
+    conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _connect(target: str, *, writer: bool) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        target,
+        isolation_level=None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000.0,
+    )
+    try:
+        _configure(conn, writer=writer)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Database:
+    """One store's connections, its write lock and its transaction helpers."""
+
+    def __init__(self, path: str, writer: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.path = path
+        self.is_memory = path == MEMORY_PATH
+        self.fts_enabled = False
+        self._writer = writer
+        self._lock = lock
+        self._depth = 0
+        self._owner: int | None = None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_guard = threading.Lock()
+        self._closed = False
+
+    # -- transactions ------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """The only way to write: BEGIN IMMEDIATE at the top, SAVEPOINT when nested."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"{self.path} is closed")
+            conn = self._writer
+            depth = self._depth
+            try:
+                if depth == 0:
+                    conn.execute("BEGIN IMMEDIATE")
+                else:
+                    conn.execute(f"SAVEPOINT em_sp{depth}")
+            except sqlite3.Error as exc:
+                raise translate_error(exc, self.path, "write to") from exc
+            self._depth = depth + 1
+            self._owner = threading.get_ident()
+            try:
+                yield conn
+            except BaseException as exc:
+                self._finish(depth, commit=False)
+                if isinstance(exc, sqlite3.Error):
+                    raise translate_error(exc, self.path, "write to") from exc
+                raise
+            else:
+                try:
+                    self._finish(depth, commit=True)
+                except sqlite3.Error as exc:
+                    self._finish(depth, commit=False, quiet=True)
+                    raise translate_error(exc, self.path, "write to") from exc
+
+    def _finish(self, depth: int, *, commit: bool, quiet: bool = True) -> None:
+        """COMMIT/RELEASE or ROLLBACK the level opened at ``depth``, then pop it."""
+        conn = self._writer
+        try:
+            if depth == 0:
+                conn.execute("COMMIT" if commit else "ROLLBACK")
+            elif commit:
+                conn.execute(f"RELEASE em_sp{depth}")
+            else:
+                conn.execute(f"ROLLBACK TO em_sp{depth}")
+                conn.execute(f"RELEASE em_sp{depth}")
+        except sqlite3.Error:
+            if commit or not quiet:
+                raise
+            # A failed rollback leaves SQLite's own automatic rollback in place.
+            if depth == 0 and conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+        self._depth = depth
+        if depth == 0:
+            self._owner = None
+
+    def in_write(self) -> bool:
+        """True when the calling thread is inside this store's ``atomic()``."""
+        return self._depth > 0 and self._owner == threading.get_ident()
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A connection for reading, inside one snapshot; never writes."""
+        if self.is_memory or self.in_write():
+            with self._lock:
+                if self._closed:
+                    raise StoreError(f"{self.path} is closed")
+                try:
+                    yield self._writer
+                except sqlite3.Error as exc:
+                    raise translate_error(exc, self.path, "read") from exc
+            return
+        conn = self._reader()
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.path, "read") from exc
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.path, "read") from exc
+        finally:
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error:
+                pass
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError(f"{self.path} is closed")
+        try:
+            conn = _connect(self.path, writer=False)
+            # Readers never write: enforce it.
+            conn.execute("PRAGMA query_only = ON")
+        except sqlite3.Error as exc:
+            raise translate_error(exc, self.path, "read") from exc
+        with self._readers_guard:
+            self._readers.append(conn)
+        self._local.conn = conn
+        return conn
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def checkpoint(self, mode: str = "PASSIVE") -> None:
+        if self.is_memory:
+            return
+        with self._lock:
+            try:
+                self._writer.execute(f"PRAGMA wal_checkpoint({mode})")
+            except sqlite3.Error as exc:
+                logger.debug("checkpoint(%s) of %s failed: %s", mode, self.path, exc)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._writer.close()
+            except sqlite3.Error:
+                pass
+        with self._readers_guard:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+
+# -- meta and events ---------------------------------------------------------------------------
+
+
+def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return str(row[0]) if row else default
+
+
+def get_meta_int(conn: sqlite3.Connection, key: str, default: int = 0) -> int:
+    value = get_meta(conn, key)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, str(value)),
+    )
+
+
+def bump_meta(conn: sqlite3.Connection, key: str, by: int = 1) -> int:
+    """Add ``by`` to an integer meta counter and return the new value."""
+    value = get_meta_int(conn, key) + by
+    set_meta(conn, key, value)
+    return value
+
+
+def log_event(conn: sqlite3.Connection, kind: str, **detail: object) -> None:
+    """Append to the local audit log. ``detail`` holds counts and ids, never user text."""
+    conn.execute(
+        "INSERT INTO events (ts, kind, detail) VALUES (?, ?, ?)",
+        (now_ts(), kind, json.dumps(detail, sort_keys=True, default=str)),
+    )
+    conn.execute(
+        "DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (EVENTS_KEPT,)
+    )
+
+
+# -- FTS ---------------------------------------------------------------------------------------
+
+FTS_TRIGGER_NAMES = (
+    "chunks_fts_ai", "chunks_fts_ad", "chunks_fts_au",
+    "facts_fts_ai", "facts_fts_ad", "facts_fts_au",
+)  # fmt: skip
+
+_FTS_DDL = (
+    f"CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id', "
+    f"tokenize='{FTS_TOKENIZER}')",
+    f"CREATE VIRTUAL TABLE facts_fts USING fts5(key, value, content='facts', "
+    f"content_rowid='id', tokenize='{FTS_TOKENIZER}')",
+    "CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN "
+    "INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER chunks_fts_ad AFTER DELETE ON chunks BEGIN "
+    "INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text); END",
+    "CREATE TRIGGER chunks_fts_au AFTER UPDATE OF text ON chunks BEGIN "
+    "INSERT INTO chunks_fts(chunks_fts, rowid, text) VALUES ('delete', old.id, old.text); "
+    "INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text); END",
+    "CREATE TRIGGER facts_fts_ai AFTER INSERT ON facts BEGIN "
+    "INSERT INTO facts_fts(rowid, key, value) VALUES (new.id, new.key, new.value); END",
+    "CREATE TRIGGER facts_fts_ad AFTER DELETE ON facts BEGIN "
+    "INSERT INTO facts_fts(facts_fts, rowid, key, value) "
+    "VALUES ('delete', old.id, old.key, old.value); END",
+    "CREATE TRIGGER facts_fts_au AFTER UPDATE OF key, value ON facts BEGIN "
+    "INSERT INTO facts_fts(facts_fts, rowid, key, value) "
+    "VALUES ('delete', old.id, old.key, old.value); "
+    "INSERT INTO facts_fts(rowid, key, value) VALUES (new.id, new.key, new.value); END",
+)
+
+
+def fts5_available(conn: sqlite3.Connection) -> bool:
+    """Probe FTS5 with a temporary table; ``ELASTIMEM_DISABLE_FTS=1`` makes the probe fail."""
+    if os.environ.get(FTS_DISABLE_ENV_VAR, "").strip() == "1":
+        return False
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.em_fts_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.em_fts_probe")
+        return True
+    except sqlite3.Error:
+        return False
+
+
+def reconcile_fts(db: Database) -> None:
+    """Bring the FTS tables in line with this build's FTS5 support (§4.3)."""
+    with db.atomic() as conn:
+        available = fts5_available(conn)
+        state = get_meta(conn, "fts.state")
+        tokenizer = get_meta(conn, "fts.tokenizer")
+        if available and (state != "on" or tokenizer != FTS_TOKENIZER):
+            for name in FTS_TRIGGER_NAMES:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            conn.execute("DROP TABLE IF EXISTS chunks_fts")
+            conn.execute("DROP TABLE IF EXISTS facts_fts")
+            for ddl in _FTS_DDL:
+                conn.execute(ddl)
+            conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+            conn.execute("INSERT INTO facts_fts(facts_fts) VALUES ('rebuild')")
+            set_meta(conn, "fts.state", "on")
+            set_meta(conn, "fts.tokenizer", FTS_TOKENIZER)
+            log_event(conn, "fts_rebuilt", previous_state=state)
+        elif not available and state == "on":
+            # Dropping triggers needs no FTS module; the tables stay for the next FTS open.
+            for name in FTS_TRIGGER_NAMES:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            set_meta(conn, "fts.state", "off")
+            log_event(conn, "fts_disabled")
+        elif not available and state is None:
+            set_meta(conn, "fts.state", "off")
+        db.fts_enabled = available
+
+
+# -- open sequence -----------------------------------------------------------------------------
+
+
+def resolve_path(path: str | os.PathLike[str]) -> str:
+    """Expand ``~``, create missing parent folders and return the absolute path."""
+    raw = os.fspath(path)
+    if raw == MEMORY_PATH:
+        return MEMORY_PATH
+    if not raw or "\x00" in raw:
+        raise StoreError(f"{raw!r} is not a usable store path; pass a file path or ':memory:'")
+    target = Path(os.path.expanduser(raw))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the folder {target.parent} for the store ({exc.strerror}); "
+            "choose a writable location"
+        ) from exc
+    if target.is_dir():
+        raise StoreError(f"{target} is a folder; pass the path of a store file inside it")
+    return str(target.resolve())
+
+
+def _probe(conn: sqlite3.Connection) -> None:
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+
+def _quarantine_corrupt(resolved: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    aside = f"{resolved}.corrupt-{stamp}"
+    counter = 1
+    while os.path.exists(aside):
+        counter += 1
+        aside = f"{resolved}.corrupt-{stamp}-{counter}"
+    try:
+        os.replace(resolved, aside)
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(resolved + suffix):
+                os.replace(resolved + suffix, aside + suffix)
+    except OSError as exc:
+        raise StoreError(
+            f"{resolved} is corrupt and could not be set aside ({exc.strerror}); "
+            "move it away by hand and reopen"
+        ) from exc
+    return aside
+
+
+def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] | None]:
+    """Connect and probe, setting a corrupt file aside once. Returns (conn, recovery detail)."""
+    recovery: dict[str, str] | None = None
+    for attempt in range(2):
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = _connect(resolved, writer=True)
+            _probe(conn)
+            return conn, recovery
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            code = error_code(exc)
+            if code in (SQLITE_NOTADB, SQLITE_CORRUPT) and attempt == 0 and resolved != MEMORY_PATH:
+                aside = _quarantine_corrupt(resolved)
+                logger.warning(
+                    "%s was not a readable elastimem store (%s); it was moved to %s and a "
+                    "fresh store was created",
+                    resolved, exc, aside,
+                )  # fmt: skip
+                recovery = {"moved_to": os.path.basename(aside), "error": str(exc)}
+                continue
+            raise translate_error(exc, resolved, "open") from exc
+    raise StoreError(f"could not open {resolved} after setting a corrupt file aside")
+
+
+def _schema_version(conn: sqlite3.Connection) -> int | None:
+    """None for a file with no tables; 1 for tables without a recorded version."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables:
+        return None
+    if "meta" not in tables:
+        return 1
+    value = get_meta(conn, "schema_version")
+    if value is None:
+        return 1
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise StoreError(f"meta.schema_version={value!r} in the store is unreadable") from exc
+
+
+def _create_fresh(db: Database) -> None:
+    from . import __version__
+
+    with db.atomic() as conn:
+        if _schema_version(conn) is not None:
+            return  # another process created it while we waited for the lock
+        migrations.create_fresh(conn)
+        now = now_ts()
+        set_meta(conn, "schema_version", migrations.CURRENT_SCHEMA_VERSION)
+        set_meta(conn, "created_at", now)
+        set_meta(conn, "created_by", __version__)
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'initial', ?)",
+            (migrations.CURRENT_SCHEMA_VERSION, now),
+        )
+        log_event(conn, "created", schema_version=migrations.CURRENT_SCHEMA_VERSION)
+
+
+def _run_step(db: Database, version: int, name: str, step: migrations.Step) -> None:
+    conn = db._writer
+    with db.lock:
+        # Table rebuilds must not fire cascades or rewrite child references (§4.5 step 3→4).
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute("PRAGMA legacy_alter_table = ON")
+        migrations.register_migration_functions(conn)
+        try:
+            with db.atomic():
+                current = _schema_version(conn) or 1
+                if current >= version:
+                    return
+                for ddl in (
+                    migrations.TABLES_V4["meta"],
+                    migrations.TABLES_V4["schema_migrations"],
+                    migrations.TABLES_V4["events"],
+                ):
+                    conn.execute(ddl.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+                step(conn)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    # Old files may hold dangling references; drop those rows rather than
+                    # refuse to open years of memory.
+                    _drop_dangling(conn, broken)
+                set_meta(conn, "schema_version", version)
+                conn.execute(
+                    "INSERT OR REPLACE INTO schema_migrations (version, name, applied_at) "
+                    "VALUES (?, ?, ?)",
+                    (version, name, now_ts()),
+                )
+                log_event(conn, "migrated", step=name, from_version=current, to_version=version)
+        except StoreError as exc:
+            raise StoreError(
+                f"migration step {name} failed on {db.path} and was rolled back: {exc.__cause__}"
+            ) from exc.__cause__
+        except Exception as exc:
+            raise StoreError(
+                f"migration step {name} failed on {db.path} and was rolled back: {exc}"
+            ) from exc
+        finally:
+            conn.execute("PRAGMA legacy_alter_table = OFF")
+            conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _drop_dangling(conn: sqlite3.Connection, broken: list[tuple[object, ...]]) -> None:
+    for table, rowid, _parent, _fk in broken:
+        if rowid is not None:
+            conn.execute(f'DELETE FROM "{table}" WHERE rowid = ?', (rowid,))
+
+
+def _migrate(db: Database) -> None:
+    with _writer_read(db) as conn:
+        version = _schema_version(conn)
+    if version is None:
+        _create_fresh(db)
+        return
+    if version > migrations.CURRENT_SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"{db.path} has schema version {version} but this elastimem supports "
+            f"{migrations.CURRENT_SCHEMA_VERSION}; upgrade elastimem to open it"
+        )
+    for step_version, name, step in migrations.STEPS:
+        if step_version > version:
+            _run_step(db, step_version, name, step)
+
+
+@contextmanager
+def _writer_read(db: Database) -> Iterator[sqlite3.Connection]:
+    with db.lock:
+        try:
+            yield db._writer
+        except sqlite3.Error as exc:
+            raise translate_error(exc, db.path, "read") from exc
+
+
+def open_store(path: str | os.PathLike[str]) -> Database:
+    """Open, recover, migrate and reconcile a store (§4.5 steps 1–4)."""
+    resolved = resolve_path(path)
+    lock = threading.RLock() if resolved == MEMORY_PATH else _path_lock(resolved)
+    with lock:
+        conn, recovery = _connect_checked(resolved)
+        db = Database(resolved, conn, lock)
+        try:
+            _migrate(db)
+            if recovery is not None:
+                with db.atomic() as c:
+                    log_event(c, "recovered_from_corruption", **recovery)
+            reconcile_fts(db)
+            with db.atomic() as c:
+                migrations.ensure_self_node(c)
+        except BaseException:
+            db.close()
+            raise
+    return db

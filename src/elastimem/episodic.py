@@ -1,0 +1,339 @@
+"""Sessions, messages and chunks: the verbatim transcript (SPEC §5.1, §5.9, §5.10).
+
+A *session* is one conversation; ``ended_at`` is NULL while it is live, and a live session
+records its owner (pid, host) and a heartbeat so other processes never close it by mistake.
+Each ``record_turn`` adds a user and/or assistant *message* with the same ``turn`` number and
+one or more *chunks*: the searchable text of the exchange, cut at ``chunk_target_tokens``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .clock import now_ts, parse_moment, ts_minus
+from .text import collapse_whitespace
+
+TITLE_LIMIT = 80
+# A session whose owner has not refreshed its heartbeat for this long is an orphan.
+ORPHAN_HEARTBEAT_SECONDS = 900.0
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+
+Estimator = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Owner:
+    pid: int
+    host: str
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(os.getpid(), socket.gethostname())
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    session_id: int
+    turn: int
+    message_ids: tuple[int, ...]
+    chunk_ids: tuple[int, ...]
+    created_at: str
+
+
+def make_title(text: str) -> str | None:
+    title = collapse_whitespace(text)[:TITLE_LIMIT]
+    return title or None
+
+
+# -- chunking ---------------------------------------------------------------------------------
+
+
+def exchange_text(user: str, assistant: str) -> str:
+    lines = []
+    if user:
+        lines.append("User: " + user)
+    if assistant:
+        lines.append("Assistant: " + assistant)
+    return "\n".join(lines)
+
+
+def chunk_exchange(user: str, assistant: str, est: Estimator, target: int) -> list[str]:
+    """Split an exchange into chunks of at most ``target`` estimated tokens (§5.1)."""
+    text = exchange_text(user, assistant)
+    if not text:
+        return []
+    if est(text) <= target:
+        return [text]
+    pieces: list[str] = []
+    for sentence in _SENTENCE_BREAK.split(text):
+        sentence = sentence.strip()
+        if not sentence:
+            continue
+        if est(sentence) <= target:
+            pieces.append(sentence)
+        else:
+            pieces.extend(_cut_words(sentence, est, target))
+    chunks: list[str] = []
+    current = ""
+    for piece in pieces:
+        candidate = f"{current} {piece}" if current else piece
+        if current and est(candidate) > target:
+            chunks.append(current)
+            current = piece
+        else:
+            current = candidate
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _cut_words(sentence: str, est: Estimator, target: int) -> list[str]:
+    """Cut an over-long sentence at word boundaries (a single huge word is cut by length)."""
+    out: list[str] = []
+    current = ""
+    for word in sentence.split():
+        while est(word) > target:
+            # A word longer than a whole chunk: cut it into character slices.
+            size = max(1, len(word) * target // max(1, est(word)))
+            if current:
+                out.append(current)
+                current = ""
+            out.append(word[:size])
+            word = word[size:]
+        candidate = f"{current} {word}" if current else word
+        if current and est(candidate) > target:
+            out.append(current)
+            current = word
+        else:
+            current = candidate
+    if current:
+        out.append(current)
+    return out
+
+
+# -- sessions ---------------------------------------------------------------------------------
+
+
+def open_session(
+    conn: sqlite3.Connection, owner: Owner, *, at: str | None, host_tag: str | None
+) -> int:
+    now = now_ts()
+    cur = conn.execute(
+        "INSERT INTO sessions (started_at, host_tag, owner_pid, owner_host, heartbeat_at, "
+        "backdated) VALUES (?, ?, ?, ?, ?, ?)",
+        (at or now, host_tag, owner.pid, owner.host, now, 1 if at else 0),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def is_open(conn: sqlite3.Connection, session_id: int) -> bool:
+    row = conn.execute("SELECT ended_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return row is not None and row[0] is None
+
+
+def close_session(conn: sqlite3.Connection, session_id: int) -> bool:
+    """End a session (§5.9 step 3). Returns False when it was not open."""
+    row = conn.execute(
+        "SELECT ended_at, backdated, started_at FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if row is None or row[0] is not None:
+        return False
+    if row[1]:
+        ended_at = _last_message_time(conn, session_id) or row[2]
+    else:
+        ended_at = now_ts()
+    _finish_session_row(conn, session_id, ended_at)
+    return True
+
+
+def close_orphan(conn: sqlite3.Connection, session_id: int) -> None:
+    """Close a session left open by a dead process: it ends at its last message."""
+    row = conn.execute("SELECT started_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        return
+    ended_at = _last_message_time(conn, session_id) or row[0]
+    _finish_session_row(conn, session_id, ended_at)
+
+
+def _finish_session_row(conn: sqlite3.Connection, session_id: int, ended_at: str) -> None:
+    first_user = conn.execute(
+        "SELECT content FROM messages WHERE session_id = ? AND role = 'user' "
+        "ORDER BY turn, id LIMIT 1",
+        (session_id,),
+    ).fetchone()
+    title = make_title(first_user[0]) if first_user else None
+    conn.execute(
+        "UPDATE sessions SET ended_at = ?, title = COALESCE(title, ?), owner_pid = NULL, "
+        "owner_host = NULL WHERE id = ?",
+        (ended_at, title, session_id),
+    )
+
+
+def _last_message_time(conn: sqlite3.Connection, session_id: int) -> str | None:
+    row = conn.execute(
+        "SELECT max(created_at) FROM messages WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return str(row[0]) if row and row[0] else None
+
+
+def heartbeat(conn: sqlite3.Connection, session_id: int) -> None:
+    conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (now_ts(), session_id))
+
+
+def clear_owner(conn: sqlite3.Connection, session_id: int) -> None:
+    conn.execute(
+        "UPDATE sessions SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (session_id,)
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host (signal 0 probes without killing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def owner_is_gone(pid: int | None, host: str | None, stamp: str | None, me: Owner) -> bool:
+    """True when an owner (of a session or a job) is missing, dead, or silent for 900 s."""
+    if pid is None and host is None:
+        return True
+    if host == me.host and pid is not None and pid != me.pid and not pid_alive(int(pid)):
+        return True
+    return stamp is None or stamp < ts_minus(ORPHAN_HEARTBEAT_SECONDS)
+
+
+def find_orphans(conn: sqlite3.Connection, me: Owner) -> list[int]:
+    rows = conn.execute(
+        "SELECT id, owner_pid, owner_host, heartbeat_at FROM sessions WHERE ended_at IS NULL"
+    ).fetchall()
+    orphans = []
+    for session_id, pid, host, beat in rows:
+        if pid == me.pid and host == me.host:
+            continue  # another instance of this very process; it closes its own sessions
+        if owner_is_gone(pid, host, beat, me):
+            orphans.append(int(session_id))
+    return orphans
+
+
+# -- turns ------------------------------------------------------------------------------------
+
+
+def insert_turn(
+    conn: sqlite3.Connection,
+    session_id: int,
+    user: str,
+    assistant: str,
+    *,
+    at: str,
+    chunk_texts: list[str],
+    user_tokens: int,
+    assistant_tokens: int,
+) -> TurnRecord:
+    """Insert one exchange: its messages, its chunks, and the session counters (§5.10).
+
+    The chunk texts are cut beforehand: the tokenizer must never run under the write lock.
+    """
+    row = conn.execute(
+        "SELECT coalesce(max(turn), 0) FROM messages WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    turn = int(row[0]) + 1
+    message_ids: list[int] = []
+    for role, content, tokens in (
+        ("user", user, user_tokens),
+        ("assistant", assistant, assistant_tokens),
+    ):
+        if content:
+            cur = conn.execute(
+                "INSERT INTO messages (session_id, turn, role, content, created_at, "
+                "token_estimate) VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, turn, role, content, at, tokens),
+            )
+            message_ids.append(int(cur.lastrowid or 0))
+    conn.execute(
+        "UPDATE sessions SET message_count = message_count + ?, "
+        "title = COALESCE(title, ?), heartbeat_at = ? WHERE id = ?",
+        (len(message_ids), make_title(user) if user else None, now_ts(), session_id),
+    )
+    chunk_ids: list[int] = []
+    for text in chunk_texts:
+        cur = conn.execute(
+            "INSERT INTO chunks (session_id, first_msg_id, last_msg_id, text, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, message_ids[0], message_ids[-1], text, at),
+        )
+        chunk_ids.append(int(cur.lastrowid or 0))
+    return TurnRecord(session_id, turn, tuple(message_ids), tuple(chunk_ids), at)
+
+
+def raise_chunk_importance(conn: sqlite3.Connection, chunk_ids: tuple[int, ...] | list[int],
+                           floor: float) -> None:  # fmt: skip
+    if chunk_ids:
+        marks = ",".join("?" * len(chunk_ids))
+        conn.execute(
+            f"UPDATE chunks SET importance = max(importance, ?) WHERE id IN ({marks})",
+            (floor, *chunk_ids),
+        )
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def list_sessions(conn: sqlite3.Connection, n: int) -> list[dict[str, object]]:
+    rows = conn.execute(
+        "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
+        "FROM sessions ORDER BY started_at DESC, id DESC LIMIT ?",
+        (max(0, n),),
+    ).fetchall()
+    keys = ("id", "started_at", "ended_at", "title", "summary", "message_count", "host_tag")
+    return [dict(zip(keys, row)) for row in rows]
+
+
+def resume_tail(
+    conn: sqlite3.Connection, session_id: int | None, exclude: int | None, budget: int
+) -> tuple[str | None, list[dict[str, str]]]:
+    """The digest and the newest messages of a session that fit ``budget`` tokens (§5.9)."""
+    if session_id is None:
+        row = conn.execute(
+            "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND message_count > 0 "
+            "AND id IS NOT ? ORDER BY started_at DESC, id DESC LIMIT 1",
+            (exclude,),
+        ).fetchone()
+        if row is None:
+            return None, []
+        session_id = int(row[0])
+    session = conn.execute(
+        "SELECT rolling_summary FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if session is None:
+        return None, []
+    messages: list[dict[str, str]] = []
+    used = 0
+    for role, content, tokens in conn.execute(
+        "SELECT role, content, token_estimate FROM messages WHERE session_id = ? "
+        "ORDER BY turn DESC, id DESC",
+        (session_id,),
+    ):
+        if messages and used + int(tokens) > budget:
+            break
+        used += int(tokens)
+        messages.append({"role": role, "content": content})
+    messages.reverse()
+    if len(messages) > 1 and messages[0]["role"] == "assistant":
+        messages = messages[1:]
+    return (session[0] or None), messages
+
+
+def turn_time(at: object) -> str:
+    """A canonical time for ``at`` (raises ValueError when unreadable)."""
+    from .clock import format_ts
+
+    return format_ts(parse_moment(at))

@@ -1,0 +1,187 @@
+"""Fact guards (SPEC §5.4): the checks every fact write passes before it can be stored.
+
+``guard_fact`` normalises the key and runs seven checks in table order; the first failure is
+the reason returned. Checks 1–3 apply to every source. Checks 4–7 catch the ways automatic
+extraction goes wrong (transcript fragments as keys, random letters, the model describing
+itself, "unknown" placeholders); explicit and import writes skip them, because a person who
+says "allergies: none" means it.
+
+The module is pure: no I/O, no state. Quarantining a rejected write is the caller's job.
+"""
+
+from __future__ import annotations
+
+from .text import em_fold, normalize_key
+
+# Sources a write can come from (§5.3). Validating the source against this set is the write
+# path's job (a bad one raises ConfigError there); the guard only decides which checks run.
+SOURCES = frozenset({"explicit", "auto", "rule", "import", "merge"})
+
+# What a person typed or imported is trusted; only checks 1–3 apply to it.
+TRUSTED_SOURCES = frozenset({"explicit", "import"})
+# Rule capture matches fixed phrases, so its keys are never gibberish; check 5 skips it.
+GIBBERISH_CHECKED_SOURCES = frozenset({"auto", "merge"})
+
+MAX_VALUE_LENGTH = 500
+
+REASON_EMPTY = "empty key or value"
+REASON_TOO_LONG = "value too long"
+REASON_RESERVED = "reserved key"
+REASON_TRANSCRIPT = "transcript key"
+REASON_GIBBERISH = "gibberish key"
+REASON_SELF_REFERENTIAL = "self-referential value"
+REASON_PLACEHOLDER = "placeholder value"
+
+# `<p>_<reserved>` is as reserved as `<reserved>`: "my_name" must not shadow a host key "name".
+RESERVED_PREFIXES = frozenset(
+    {"my", "your", "the", "agent", "assistant", "bot", "ai", "model", "system"}
+)
+
+# Key parts that mean the extractor stored a piece of the conversation, not a fact about it.
+TRANSCRIPT_PARTS = frozenset(
+    {"said", "says", "replied", "responded", "asked", "utterance", "dialogue", "conversation"}
+)
+SPEAKER_PARTS = frozenset({"user", "assistant", "you"})
+MESSAGE_PARTS = frozenset({"message", "reply", "response", "exchange"})
+TRANSCRIPT_PREFIX = "assistant"
+
+# 'y' counts as a vowel so that sync, mysql, rhythm and myth pass.
+VOWELS = frozenset("aeiouy")
+MIN_GIBBERISH_LETTERS = 4
+
+# Real words and abbreviations of four or more letters with no vowel (a, e, i, o, u, y).
+# Parts with fewer than four letters are never checked, so "ssh", "tcp" or "dns" need no entry.
+# Entries are matched against a whole key part, or the part with its digits removed
+# ("http2" → "http").
+# fmt: off
+TECHNICAL_ALLOWLIST = frozenset(
+    {
+        # protocols and formats
+        "html", "xhtml", "dhtml", "http", "https", "sftp", "ftps", "smtp", "smtps", "nntp",
+        "sntp", "rtmp", "rtmps", "rtsp", "rtcp", "srtp", "sctp", "xmpp", "mqtt", "grpc", "dhcp",
+        "hsts", "csrf", "pkcs", "xslt", "wsdl", "scss", "ntfs", "btrfs", "cifs",
+        # tools, databases and hardware
+        "pnpm", "llvm", "lldb", "pwsh", "fsck", "psql", "pgsql", "mssql", "plsql", "tsql",
+        "dbms", "rdbms", "crdt", "mvvm", "nvme", "hdtv", "wqhd", "wlan", "ctrl", "bksp", "pgdn",
+        # plurals of common three-letter abbreviations
+        "ssds", "hdds", "pdfs", "dvds", "vpns", "sdks", "cdns",
+        # everyday abbreviations people have facts about
+        "mgmt", "blvd", "bldg", "adhd", "ptsd", "lgbt", "lgbtq", "gdpr", "tldr", "nsfw",
+        "ttrpg",
+    }
+)
+# fmt: on
+
+# Phrases in which the model describes itself instead of the user (case-insensitive substring).
+SELF_REFERENTIAL_PHRASES = (
+    "ai agent",
+    "language model",
+    "i run on",
+    "running locally",
+    "ai assistant",
+)
+
+# A value that says "no value" (compared with the whole lowercased, stripped value).
+PLACEHOLDER_VALUES = frozenset(
+    {
+        "unknown",
+        "n/a",
+        "na",
+        "none",
+        "null",
+        "not specified",
+        "not provided",
+        "not sure",
+        "unclear",
+        "tbd",
+        "?",
+        "-",
+    }
+)
+
+
+def guard_fact(
+    raw_key: str, value: str, source: str, reserved_keys: frozenset[str] | set[str]
+) -> tuple[str, str | None]:
+    """Normalise ``raw_key`` and run the §5.4 checks for a write from ``source``.
+
+    ``value`` is expected sanitised and stripped by the caller. ``reserved_keys`` are the
+    host's reserved keys (normalised here too, so raw config values also work).
+
+    Returns ``(normalised_key, reason)`` where ``reason`` is None when the write may
+    proceed, else one of the ``REASON_*`` constants.
+    """
+    key = normalize_key(raw_key)
+    reason = _first_failure(key, value, source, reserved_keys)
+    return key, reason
+
+
+def _first_failure(
+    key: str, value: str, source: str, reserved_keys: frozenset[str] | set[str]
+) -> str | None:
+    if not key or not value.strip():
+        return REASON_EMPTY
+    if len(value) > MAX_VALUE_LENGTH:
+        return REASON_TOO_LONG
+    if is_reserved_key(key, reserved_keys):
+        return REASON_RESERVED
+    if source in TRUSTED_SOURCES:
+        return None
+    if is_transcript_key(key):
+        return REASON_TRANSCRIPT
+    if source in GIBBERISH_CHECKED_SOURCES and is_gibberish_key(key):
+        return REASON_GIBBERISH
+    if is_self_referential(value):
+        return REASON_SELF_REFERENTIAL
+    if is_placeholder(value):
+        return REASON_PLACEHOLDER
+    return None
+
+
+def is_reserved_key(key: str, reserved_keys: frozenset[str] | set[str]) -> bool:
+    """Check 3: ``key`` equals a reserved key or is ``<prefix>_<reserved key>``."""
+    reserved = {normalize_key(k) for k in reserved_keys} - {""}
+    if not reserved:
+        return False
+    if key in reserved:
+        return True
+    prefix, sep, rest = key.partition("_")
+    return bool(sep) and prefix in RESERVED_PREFIXES and rest in reserved
+
+
+def is_transcript_key(key: str) -> bool:
+    """Check 4: the key names a piece of the conversation rather than a fact."""
+    parts = set(key.split("_"))
+    if parts & TRANSCRIPT_PARTS or key.startswith(TRANSCRIPT_PREFIX):
+        return True
+    return bool(parts & SPEAKER_PARTS) and bool(parts & MESSAGE_PARTS)
+
+
+def is_gibberish_key(key: str) -> bool:
+    """Check 5: some part has ≥ 4 letters, none of them a vowel, and is not allowlisted."""
+    return any(_is_gibberish_part(part) for part in key.split("_"))
+
+
+def _is_gibberish_part(part: str) -> bool:
+    if part.isdigit():
+        return False
+    # Fold accents so "crème" is judged by its "e". Letters that stay non-ASCII belong to a
+    # script without the Latin vowels (Cyrillic, CJK, ...); the check cannot judge those.
+    folded = em_fold(part)
+    letters = "".join(ch for ch in folded if ch.isalpha())
+    if not letters.isascii() or len(letters) < MIN_GIBBERISH_LETTERS:
+        return False
+    if VOWELS.intersection(letters):
+        return False
+    return part not in TECHNICAL_ALLOWLIST and letters not in TECHNICAL_ALLOWLIST
+
+
+def is_self_referential(value: str) -> bool:
+    """Check 6: the value describes the assistant itself."""
+    lowered = value.casefold()
+    return any(phrase in lowered for phrase in SELF_REFERENTIAL_PHRASES)
+
+
+def is_placeholder(value: str) -> bool:
+    """Check 7: the whole value is a stand-in for "no value"."""
+    return value.strip().lower() in PLACEHOLDER_VALUES

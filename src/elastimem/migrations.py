@@ -1,0 +1,383 @@
+"""The schema and its numbered migrations (SPEC §4.2, §4.5).
+
+A fresh file is created directly at ``CURRENT_SCHEMA_VERSION`` from ``SCHEMA_V4``. Older
+files walk the steps ``m002_graph`` → ``m003_clusters`` → ``m004_canonical``, each in its own
+``BEGIN IMMEDIATE`` together with its ledger row (``schema_migrations``), the new
+``meta.schema_version`` and a ``migrated`` event. The last step rebuilds every table from the
+canonical DDL below, so a migrated store and a fresh one have byte-identical schemas; a test
+compares both with the checked-in snapshot ``tests/data/schema_v4.sql``.
+
+The FTS tables are not part of these steps: they depend on whether this SQLite build has FTS5
+and are reconciled on every open (``db.reconcile_fts``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+
+from .clock import canonicalize_legacy_ts, now_ts
+
+CURRENT_SCHEMA_VERSION = 4
+SELF_NODE_NAME = "@self"
+
+# One statement per table, in foreign-key order. The text is the schema contract: keep the
+# layout stable, since the schema test compares it byte for byte.
+TABLES_V4: dict[str, str] = {
+    "meta": """CREATE TABLE meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+)""",
+    "schema_migrations": """CREATE TABLE schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)""",
+    "events": """CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT
+)""",
+    "sessions": """CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    title TEXT,
+    summary TEXT,
+    rolling_summary TEXT,
+    message_count INTEGER NOT NULL DEFAULT 0,
+    host_tag TEXT,
+    owner_pid INTEGER,
+    owner_host TEXT,
+    heartbeat_at TEXT,
+    backdated INTEGER NOT NULL DEFAULT 0
+)""",
+    "messages": """CREATE TABLE messages (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    turn INTEGER NOT NULL,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system')),
+    content TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    token_estimate INTEGER NOT NULL DEFAULT 0
+)""",
+    "chunks": """CREATE TABLE chunks (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    first_msg_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    last_msg_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    embedding BLOB,
+    embedding_model TEXT,
+    embedding_dim INTEGER,
+    embed_seq INTEGER,
+    importance REAL NOT NULL DEFAULT 0.5
+)""",
+    "facts": """CREATE TABLE facts (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    category TEXT NOT NULL CHECK (category IN ('profile', 'note')),
+    source TEXT NOT NULL CHECK (source IN ('explicit', 'auto', 'rule', 'import', 'merge')),
+    importance REAL NOT NULL,
+    created_at TEXT NOT NULL,
+    valid_from TEXT NOT NULL,
+    invalidated_at TEXT,
+    invalidated_by INTEGER REFERENCES facts(id) ON DELETE SET NULL,
+    archived INTEGER NOT NULL DEFAULT 0,
+    last_accessed_at TEXT,
+    access_count INTEGER NOT NULL DEFAULT 0,
+    origin_session_id INTEGER REFERENCES sessions(id) ON DELETE SET NULL
+)""",
+    "fact_reviews": """CREATE TABLE fact_reviews (
+    id INTEGER PRIMARY KEY,
+    old_fact_id INTEGER NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+    new_fact_id INTEGER NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+    verdict TEXT NOT NULL CHECK (verdict IN ('merged', 'kept', 'rejected')),
+    result_fact_id INTEGER REFERENCES facts(id) ON DELETE SET NULL,
+    reviewed_at TEXT NOT NULL,
+    UNIQUE (old_fact_id, new_fact_id)
+)""",
+    "lessons": """CREATE TABLE lessons (
+    id INTEGER PRIMARY KEY,
+    text TEXT NOT NULL UNIQUE,
+    tag TEXT,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT NOT NULL,
+    use_count INTEGER NOT NULL DEFAULT 1,
+    archived INTEGER NOT NULL DEFAULT 0
+)""",
+    "quarantine": """CREATE TABLE quarantine (
+    id INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL,
+    key TEXT,
+    value TEXT,
+    reason TEXT NOT NULL,
+    source TEXT
+)""",
+    "graph_nodes": """CREATE TABLE graph_nodes (
+    id INTEGER PRIMARY KEY,
+    type TEXT NOT NULL DEFAULT 'entity'
+        CHECK (type IN ('person', 'place', 'org', 'thing', 'entity', 'self')),
+    canonical_name TEXT NOT NULL,
+    aliases TEXT NOT NULL DEFAULT '[]',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    importance REAL NOT NULL DEFAULT 0.5,
+    confidence REAL NOT NULL DEFAULT 0.5,
+    mention_count INTEGER NOT NULL DEFAULT 1,
+    cluster_id INTEGER,
+    cluster_label TEXT
+)""",
+    "graph_edges": """CREATE TABLE graph_edges (
+    id INTEGER PRIMARY KEY,
+    source_node INTEGER NOT NULL REFERENCES graph_nodes(id) ON DELETE CASCADE,
+    target_node INTEGER NOT NULL REFERENCES graph_nodes(id) ON DELETE CASCADE,
+    relationship TEXT NOT NULL,
+    confidence REAL NOT NULL DEFAULT 0.5,
+    importance REAL NOT NULL DEFAULT 0.5,
+    weight REAL NOT NULL DEFAULT 1.0,
+    created_at TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    seen_count INTEGER NOT NULL DEFAULT 1,
+    source_chunk_id INTEGER REFERENCES chunks(id) ON DELETE SET NULL,
+    CHECK (source_node <> target_node)
+)""",
+    "graph_mentions": """CREATE TABLE graph_mentions (
+    node_id INTEGER NOT NULL REFERENCES graph_nodes(id) ON DELETE CASCADE,
+    chunk_id INTEGER NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (node_id, chunk_id)
+) WITHOUT ROWID""",
+    "graph_merge_reviews": """CREATE TABLE graph_merge_reviews (
+    id INTEGER PRIMARY KEY,
+    type_a TEXT NOT NULL,
+    name_a TEXT NOT NULL,
+    type_b TEXT NOT NULL,
+    name_b TEXT NOT NULL,
+    verdict TEXT NOT NULL CHECK (verdict IN ('same', 'different')),
+    reviewed_at TEXT NOT NULL,
+    UNIQUE (type_a, name_a, type_b, name_b)
+)""",
+    "jobs": """CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('extract', 'embed', 'link', 'rolling_summary',
+        'session_summary', 'consolidate')),
+    state TEXT NOT NULL CHECK (state IN ('queued', 'held', 'running', 'failed')),
+    phase TEXT NOT NULL DEFAULT 'turn',
+    session_id INTEGER REFERENCES sessions(id) ON DELETE CASCADE,
+    payload TEXT NOT NULL DEFAULT '{}',
+    priority INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    not_before TEXT,
+    last_error TEXT,
+    owner_pid INTEGER,
+    owner_host TEXT,
+    lease_until TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+)""",
+    "ann_index": """CREATE TABLE ann_index (
+    label TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    gen INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    built_at TEXT NOT NULL,
+    PRIMARY KEY (label, dim)
+)""",
+}
+
+INDEXES_V4: tuple[str, ...] = (
+    "CREATE INDEX idx_sessions_ended_at ON sessions(ended_at)",
+    "CREATE INDEX idx_sessions_started_at ON sessions(started_at)",
+    "CREATE INDEX idx_messages_session_turn ON messages(session_id, turn)",
+    "CREATE INDEX idx_chunks_session ON chunks(session_id)",
+    "CREATE INDEX idx_chunks_unembedded ON chunks(id) WHERE embedding IS NULL",
+    "CREATE INDEX idx_chunks_embedding ON chunks(embedding_model, embedding_dim, embed_seq)",
+    "CREATE INDEX idx_chunks_created_at ON chunks(created_at)",
+    "CREATE INDEX idx_chunks_first_msg ON chunks(first_msg_id)",
+    "CREATE INDEX idx_chunks_last_msg ON chunks(last_msg_id)",
+    "CREATE UNIQUE INDEX idx_facts_live_key ON facts(key) WHERE invalidated_at IS NULL",
+    "CREATE INDEX idx_facts_key_valid_from ON facts(key, valid_from)",
+    "CREATE INDEX idx_facts_origin_session ON facts(origin_session_id)",
+    "CREATE INDEX idx_facts_invalidated_by ON facts(invalidated_by)",
+    "CREATE INDEX idx_fact_reviews_new ON fact_reviews(new_fact_id)",
+    "CREATE INDEX idx_lessons_archived_used ON lessons(archived, last_used_at)",
+    "CREATE UNIQUE INDEX idx_graph_nodes_type_name ON graph_nodes(type, canonical_name)",
+    "CREATE INDEX idx_graph_nodes_name ON graph_nodes(canonical_name)",
+    "CREATE INDEX idx_graph_nodes_cluster ON graph_nodes(cluster_id)",
+    "CREATE INDEX idx_graph_nodes_trim ON graph_nodes(importance, mention_count, updated_at)",
+    "CREATE UNIQUE INDEX idx_graph_edges_triple ON graph_edges(source_node, target_node, "
+    "relationship)",
+    "CREATE INDEX idx_graph_edges_target ON graph_edges(target_node)",
+    "CREATE INDEX idx_graph_edges_chunk ON graph_edges(source_chunk_id)",
+    "CREATE INDEX idx_graph_edges_trim ON graph_edges(importance, seen_count, last_seen)",
+    "CREATE INDEX idx_graph_mentions_chunk ON graph_mentions(chunk_id)",
+    "CREATE INDEX idx_jobs_claim ON jobs(state, priority, id)",
+    "CREATE INDEX idx_jobs_session ON jobs(session_id)",
+)
+
+# Columns that hold timestamps, rewritten to canonical form when an old layout is rebuilt.
+TIMESTAMP_COLUMNS = frozenset(
+    {
+        "ts", "applied_at", "started_at", "ended_at", "heartbeat_at", "created_at",
+        "valid_from", "invalidated_at", "last_accessed_at", "reviewed_at", "last_used_at",
+        "updated_at", "last_seen", "not_before", "lease_until", "built_at",
+    }
+)  # fmt: skip
+
+Step = Callable[[sqlite3.Connection], None]
+
+
+def create_fresh(conn: sqlite3.Connection) -> None:
+    """Create every table and index of the current schema (inside the caller's transaction)."""
+    for ddl in TABLES_V4.values():
+        conn.execute(ddl)
+    for ddl in INDEXES_V4:
+        conn.execute(ddl)
+    ensure_self_node(conn)
+
+
+def ensure_self_node(conn: sqlite3.Connection) -> int:
+    """The id of the one ``self`` node, creating it if needed."""
+    row = conn.execute(
+        "SELECT id FROM graph_nodes WHERE type = 'self' AND canonical_name = ?", (SELF_NODE_NAME,)
+    ).fetchone()
+    if row:
+        return int(row[0])
+    now = now_ts()
+    cur = conn.execute(
+        "INSERT INTO graph_nodes (type, canonical_name, aliases, created_at, updated_at) "
+        "VALUES ('self', ?, '[]', ?, ?)",
+        (SELF_NODE_NAME, now, now),
+    )
+    return int(cur.lastrowid or 0)
+
+
+# -- the steps --------------------------------------------------------------------------------
+
+
+def m002_graph(conn: sqlite3.Connection) -> None:
+    """v1 → v2: the first graph tables (their v2 shape; step 4 brings them to v4)."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS graph_nodes (id INTEGER PRIMARY KEY, type TEXT NOT NULL "
+        "DEFAULT 'entity', canonical_name TEXT NOT NULL, aliases TEXT NOT NULL DEFAULT '[]', "
+        "created_at TEXT NOT NULL, updated_at TEXT NOT NULL, importance REAL NOT NULL "
+        "DEFAULT 0.5, confidence REAL NOT NULL DEFAULT 0.5, mention_count INTEGER NOT NULL "
+        "DEFAULT 1)"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS graph_edges (id INTEGER PRIMARY KEY, source_node INTEGER "
+        "NOT NULL, target_node INTEGER NOT NULL, relationship TEXT NOT NULL, confidence REAL "
+        "NOT NULL DEFAULT 0.5, created_at TEXT NOT NULL, last_seen TEXT NOT NULL, seen_count "
+        "INTEGER NOT NULL DEFAULT 1)"
+    )
+
+
+def m003_clusters(conn: sqlite3.Connection) -> None:
+    """v2 → v3: cluster columns on graph nodes."""
+    existing = _columns(conn, "graph_nodes")
+    if "cluster_id" not in existing:
+        conn.execute("ALTER TABLE graph_nodes ADD COLUMN cluster_id INTEGER")
+    if "cluster_label" not in existing:
+        conn.execute("ALTER TABLE graph_nodes ADD COLUMN cluster_label TEXT")
+
+
+def m004_canonical(conn: sqlite3.Connection) -> None:
+    """v3 → v4: rebuild every table from the canonical DDL, canonical timestamps, self node.
+
+    Runs with ``foreign_keys=OFF`` and ``legacy_alter_table=ON`` (set by the caller outside
+    the transaction) so renaming a parent table does not rewrite its children's references.
+    """
+    for name in [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'")]:
+        conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+    for name in ("chunks_fts", "facts_fts"):
+        if _table_exists(conn, name):
+            conn.execute(f"DROP TABLE {name}")
+    legacy_indexes = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL"
+        )
+    ]
+    for name in legacy_indexes:
+        conn.execute(f'DROP INDEX IF EXISTS "{name}"')
+    for table, ddl in TABLES_V4.items():
+        if not _table_exists(conn, table):
+            conn.execute(ddl)
+            continue
+        old_columns = _columns(conn, table)
+        conn.execute(f'ALTER TABLE "{table}" RENAME TO "{table}__v3"')
+        conn.execute(ddl)
+        new_columns = _columns(conn, table)
+        shared = [c for c in new_columns if c in old_columns]
+        selects = [f"em_canon_ts({c})" if c in TIMESTAMP_COLUMNS else c for c in shared]
+        if table == "lessons" and "last_used_at" not in old_columns:
+            shared.append("last_used_at")
+            selects.append("em_canon_ts(created_at)")
+        if table == "graph_edges":
+            # Old edges may point at nodes that no longer exist or at themselves.
+            where = " WHERE source_node <> target_node"
+        else:
+            where = ""
+        conn.execute(
+            f'INSERT INTO "{table}" ({", ".join(shared)}) '
+            f'SELECT {", ".join(selects)} FROM "{table}__v3"{where}'
+        )
+        conn.execute(f'DROP TABLE "{table}__v3"')
+    for ddl in INDEXES_V4:
+        conn.execute(ddl)
+    _fold_user_node_into_self(conn)
+    # The FTS tables were dropped above; the next reconcile recreates and rebuilds them.
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('fts.state', 'stale')")
+
+
+def _fold_user_node_into_self(conn: sqlite3.Connection) -> None:
+    self_id = ensure_self_node(conn)
+    user_nodes = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT id FROM graph_nodes WHERE canonical_name IN ('user', 'the user') "
+            "AND type <> 'self'"
+        )
+    ]
+    for node_id in user_nodes:
+        for column in ("source_node", "target_node"):
+            conn.execute(
+                f"UPDATE OR IGNORE graph_edges SET {column} = ? WHERE {column} = ?",
+                (self_id, node_id),
+            )
+        conn.execute("DELETE FROM graph_edges WHERE source_node = target_node")
+        conn.execute("DELETE FROM graph_edges WHERE source_node = ? OR target_node = ?",
+                     (node_id, node_id))  # fmt: skip
+        conn.execute("DELETE FROM graph_nodes WHERE id = ?", (node_id,))
+
+
+STEPS: tuple[tuple[int, str, Step], ...] = (
+    (2, "m002_graph", m002_graph),
+    (3, "m003_clusters", m003_clusters),
+    (4, "m004_canonical", m004_canonical),
+)
+
+
+def _table_exists(conn: sqlite3.Connection, name: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return row is not None
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def register_migration_functions(conn: sqlite3.Connection) -> None:
+    conn.create_function("em_canon_ts", 1, canonicalize_legacy_ts, deterministic=True)
+
+
+def event_detail(**detail: object) -> str:
+    return json.dumps(detail, sort_keys=True)

@@ -1,0 +1,97 @@
+"""Text helpers shared by every layer: sanitising, folding, key normalisation, query terms."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Lone surrogates cannot be encoded as UTF-8 and NUL truncates text in some SQLite paths,
+# so both become U+FFFD before anything is stored or searched.
+_UNSAFE_CHARS = re.compile("[\x00\ud800-\udfff]")
+REPLACEMENT_CHAR = "\ufffd"
+
+# A "word" for search purposes: a run of letters or digits (no underscore).
+_WORD_RUN = re.compile(r"[^\W_]+")
+
+MAX_QUERY_TERMS = 16
+MAX_KEY_LENGTH = 64
+
+# About 75 English function words plus the words people use to *ask* about memory.
+STOPWORDS = frozenset(
+    """
+    a an the and or but if then else of at by for with about against between into through
+    during before after above below to from up down in out on off over under again further
+    once here there when where why how all any both each few more most other some such no
+    nor not only own same so than too very can will just should now is am are was were be
+    been being have has had having do does did doing i me my myself we our you your he him
+    his she her it its they them their what which who whom this that these those would could
+    user assistant tell remind know talk discuss say said remember recall
+    """.split()
+)
+
+
+def sanitize(value: object) -> str:
+    """Coerce to ``str`` (None → "") and replace NUL and lone surrogates with U+FFFD."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return _UNSAFE_CHARS.sub(REPLACEMENT_CHAR, text)
+
+
+def em_fold(text: object) -> str:
+    """Fold for accent- and case-insensitive matching: NFKD, drop combining marks, casefold.
+
+    Registered as the SQL function ``em_fold`` on every connection.
+    """
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        text = str(text)
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+
+
+def word_tokens(text: str) -> list[str]:
+    """The folded letter/digit runs of ``text`` (used for names and seeds)."""
+    return _WORD_RUN.findall(em_fold(text))
+
+
+def query_terms(query: object) -> list[str]:
+    """Search terms of a query (§5.6): NFKC+casefold runs, length rules, dedupe, stopwords, ≤16."""
+    text = unicodedata.normalize("NFKC", sanitize(query)).casefold()
+    raw: list[str] = []
+    seen: set[str] = set()
+    for term in _WORD_RUN.findall(text):
+        if len(term) < 2 and (len(term) == 0 or term.isascii()):
+            continue
+        if term not in seen:
+            seen.add(term)
+            raw.append(term)
+    kept = [t for t in raw if t not in STOPWORDS]
+    if not kept:
+        kept = raw
+    return kept[:MAX_QUERY_TERMS]
+
+
+def fts_match_expression(terms: list[str]) -> str:
+    """Quote every term and OR them together; no term can inject FTS syntax."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def normalize_key(key: str) -> str:
+    """Normalise a fact key (§5.4): NFKC, casefold, strip, ``_`` joins, letters/digits/_ only."""
+    text = unicodedata.normalize("NFKC", sanitize(key)).casefold().strip()
+    text = re.sub(r"[\s\-]+", "_", text)
+    text = "".join(ch for ch in text if ch == "_" or ch.isalnum())
+    text = re.sub(r"_+", "_", text).strip("_")
+    return text[:MAX_KEY_LENGTH].strip("_") if len(text) > MAX_KEY_LENGTH else text
+
+
+def collapse_whitespace(text: str) -> str:
+    return " ".join(text.split())
+
+
+def one_line(text: str, limit: int) -> str:
+    """Collapse whitespace and cut to ``limit`` characters plus "…"."""
+    flat = collapse_whitespace(text)
+    return flat if len(flat) <= limit else flat[:limit] + "…"

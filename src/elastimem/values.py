@@ -1,0 +1,91 @@
+"""Frozen value types returned to the host (SPEC §2). New fields go last, with defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One version of a fact. ``invalidated_at`` is None for the current version."""
+
+    id: int
+    key: str
+    value: str
+    category: str
+    source: str
+    importance: float
+    valid_from: str
+    invalidated_at: str | None
+    archived: bool
+    created_at: str | None = None
+    invalidated_by: int | None = None
+    last_accessed_at: str | None = None
+    access_count: int = 0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One recall result: a chunk of conversation or a fact rendered as ``key: value``."""
+
+    kind: str
+    text: str
+    date: str
+    score: float
+    session_id: int | None
+    id: int | None = None
+    created_at: str | None = None
+    first_msg_id: int | None = None
+    last_msg_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ChunkScoreBreakdown:
+    chunk_id: int
+    fts: float
+    vector: float
+    fused_relevance: float
+    importance_nudge: float
+    recency_nudge: float
+    graph_nudge: float
+    graph_matched_names: tuple[str, ...]
+    total: float
+
+
+@dataclass(frozen=True)
+class FactScoreBreakdown:
+    fact_id: int
+    relevance: float
+    importance: float
+    recency_nudge: float
+    graph_nudge: float
+    graph_matched_names: tuple[str, ...]
+    total: float
+    importance_nudge: float = 0.0
+
+
+@dataclass(frozen=True)
+class GraphTraversalStep:
+    canonical_name: str
+    hop_distance: int
+    is_seed: bool
+    strength: float = 0.0
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    query: str
+    graph_hops: int
+    # Lists, so that ``explain(q, k).hits == recall(q, k)`` holds as plain equality.
+    chunk_breakdowns: list[ChunkScoreBreakdown] = field(default_factory=list)
+    fact_breakdowns: list[FactScoreBreakdown] = field(default_factory=list)
+    graph_traversal: list[GraphTraversalStep] = field(default_factory=list)
+    hits: list[Hit] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TimelineResult:
+    query: str
+    key: str | None
+    resolved_by: str
+    versions: tuple[Fact, ...] = ()
