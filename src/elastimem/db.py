@@ -468,23 +468,35 @@ def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] 
     for attempt in range(2):
         conn: sqlite3.Connection | None = None
         try:
-            conn = _connect(resolved, writer=True)
+            conn = sqlite3.connect(
+                resolved,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000.0,
+            )
+            _configure(conn, writer=True)
             _probe(conn)
             return conn, recovery
         except sqlite3.Error as exc:
+            code = error_code(exc)
+            corrupt = code in (SQLITE_NOTADB, SQLITE_CORRUPT) and resolved != MEMORY_PATH
+            aside = None
+            if corrupt and attempt == 0:
+                # Rename before closing: closing could otherwise delete the side files,
+                # and they may hold the only copy of recent writes.
+                aside = _quarantine_corrupt(resolved)
             if conn is not None:
                 conn.close()
-            code = error_code(exc)
-            if code in (SQLITE_NOTADB, SQLITE_CORRUPT) and attempt == 0 and resolved != MEMORY_PATH:
-                aside = _quarantine_corrupt(resolved)
-                logger.warning(
-                    "%s was not a readable elastimem store (%s); it was moved to %s and a "
-                    "fresh store was created",
-                    resolved, exc, aside,
-                )  # fmt: skip
-                recovery = {"moved_to": os.path.basename(aside), "error": str(exc)}
-                continue
-            raise translate_error(exc, resolved, "open") from exc
+            if aside is None:
+                raise translate_error(exc, resolved, "open") from exc
+            logger.warning(
+                "%s was not a readable elastimem store (%s); it was moved to %s and a "
+                "fresh store was created",
+                resolved,
+                exc,
+                aside,
+            )
+            recovery = {"moved_to": os.path.basename(aside), "error": str(exc)}
     raise StoreError(f"could not open {resolved} after setting a corrupt file aside")
 
 

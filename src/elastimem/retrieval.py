@@ -314,7 +314,9 @@ def rank(
     now: datetime | None = None,
 ) -> Ranking:
     """Run the legs, fuse, and rank. ``conn`` must be inside one read snapshot."""
-    now = now or utcnow()
+    # Ages are measured from the current minute, not the current microsecond, so that two
+    # calls a moment apart (explain right after recall) score identically.
+    now = (now or utcnow()).replace(second=0, microsecond=0)
     candidates: list[_Candidate] = []
     chunks: list[_Candidate] = []
     facts: list[_Candidate] = []

@@ -1,0 +1,230 @@
+"""The public surface: exports, construction, attributes, validation and close()."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import elastimem
+from elastimem import ClosedError, ConfigError, ElastimemConfig
+
+
+def test_all_is_sorted_and_complete() -> None:
+    assert elastimem.__all__ == sorted(elastimem.__all__)
+    expected = {
+        "open", "open_user", "Elastimem", "ElastimemConfig", "MemoryProfile", "Budgets", "Tier",
+        "Cadence", "ConsolidationLevel", "RollingSummaryMode", "Fact", "Hit", "ContextPlan",
+        "ExplainResult", "ChunkScoreBreakdown", "FactScoreBreakdown", "GraphTraversalStep",
+        "TimelineResult", "ElastimemError", "ConfigError", "StoreError", "StoreLockedError",
+        "SchemaTooNewError", "ClosedError", "ImportFormatError", "LLMError", "EmbedderError",
+        "__version__", "llms",
+    }  # fmt: skip
+    assert set(elastimem.__all__) == expected
+    for name in elastimem.__all__:
+        assert hasattr(elastimem, name), name
+
+
+def test_version_and_legacy_import_paths() -> None:
+    assert isinstance(elastimem.__version__, str) and elastimem.__version__
+    from elastimem.assembly import ContextPlan
+    from elastimem.retrieval import (  # noqa: F401
+        ChunkScoreBreakdown,
+        ExplainResult,
+        FactScoreBreakdown,
+        Hit,
+        TimelineResult,
+    )
+
+    assert ContextPlan is elastimem.ContextPlan
+
+
+def test_error_tree() -> None:
+    assert issubclass(ConfigError, (TypeError, ValueError, elastimem.ElastimemError))
+    assert issubclass(elastimem.StoreLockedError, elastimem.StoreError)
+    assert issubclass(elastimem.SchemaTooNewError, (elastimem.StoreError, RuntimeError))
+    assert issubclass(ClosedError, RuntimeError)
+    assert issubclass(elastimem.ImportFormatError, ValueError)
+
+
+def test_value_types_are_frozen() -> None:
+    hit = elastimem.Hit("chunk", "t", "2025-01-01", 1.0, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.text = "x"  # type: ignore[misc]
+
+
+def test_open_is_the_constructor(tmp_path: Path) -> None:
+    with elastimem.open(str(tmp_path / "a.db"), disable_builtin_embedder=True) as mem:
+        assert isinstance(mem, elastimem.Elastimem)
+
+
+def test_unknown_option_suggests_the_closest(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'context_tokens'"):
+        elastimem.Elastimem(str(tmp_path / "a.db"), context_token=8192)
+    with pytest.raises(TypeError):  # ConfigError is also a TypeError
+        elastimem.Elastimem(str(tmp_path / "a.db"), bogus=1)
+    assert not (tmp_path / "a.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("context_tokens", 1000), ("context_tokens", "4096"), ("output_reserve", -1),
+        ("working_share", 1.0), ("memory_split", {"facts": 1.0}), ("vector_backend", "faiss"),
+        ("tier_override", "turbo"), ("fact_archive_threshold", 1.0), ("chunk_target_tokens", 8),
+        ("tier_thresholds_gib", {"full": (4, 1), "standard": (8, 2.5)}),
+        ("disable_builtin_embedder", "yes"), ("max_lessons", 0), ("ann_min_rows", 0),
+    ],
+)  # fmt: skip
+def test_invalid_config_names_field_and_value(name: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=name):
+        ElastimemConfig(**{name: value})
+
+
+def test_config_inputs_are_copied_and_keys_normalised() -> None:
+    keys = {"Favourite Colour", "name"}
+    cfg = ElastimemConfig(profile_keys=keys, reserved_keys={"Agent Name"})
+    keys.add("other")
+    assert cfg.profile_keys == {"favourite_colour", "name"}
+    assert cfg.reserved_keys == {"agent_name"}
+
+
+def test_tier_override_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ELASTIMEM_TIER", " Lite ")
+    assert ElastimemConfig().tier_override == elastimem.Tier.LITE
+    monkeypatch.setenv("ELASTIMEM_TIER", "bogus")
+    assert elastimem.Tier.from_env() is None
+
+
+def test_alias_conflicts_raise(tmp_path: Path) -> None:
+    def one(*a: Any, **k: Any) -> str:
+        return ""
+
+    def two(*a: Any, **k: Any) -> str:
+        return ""
+
+    with pytest.raises(ConfigError, match="alias"):
+        elastimem.Elastimem(str(tmp_path / "a.db"), llm=one, complete_fn=two)
+    with pytest.raises(ConfigError, match="alias"):
+        elastimem.Elastimem(str(tmp_path / "a.db"), embedder=one, embed_fn=two)
+    with elastimem.Elastimem(str(tmp_path / "a.db"), llm=one, complete_fn=one,
+                             disable_builtin_embedder=True) as mem:  # fmt: skip
+        assert mem.complete_fn is one
+
+
+def test_attributes(make_store: Any, embedder: Any) -> None:
+    mem = make_store(embedder=embedder)
+    assert mem.embed_fn is embedder
+    with pytest.raises(AttributeError):
+        mem.embed_fn = embedder
+    with pytest.raises(AttributeError):
+        mem.embed_query_fn = None
+    with pytest.raises(AttributeError):
+        mem.tokenizer_fn = len
+    with pytest.raises(AttributeError):
+        mem.path = "elsewhere"
+    assert mem.session_id is None and mem.fts_enabled is True
+    mem.complete_fn = lambda p, **k: "NONE"
+    assert mem.complete_fn is not None
+    cfg = mem.config
+    cfg.context_tokens = 99999
+    cfg.profile_keys.add("zzz")
+    assert mem.config.context_tokens == 4096 and "zzz" not in mem.config.profile_keys
+    assert isinstance(mem.profile, elastimem.MemoryProfile)
+
+
+def test_inline_overrides_replace_config_fields(make_store: Any) -> None:
+    base = ElastimemConfig(context_tokens=8192, max_lessons=3)
+    mem = make_store(config=base, max_lessons=7)
+    assert mem.config.context_tokens == 8192 and mem.config.max_lessons == 7
+    assert base.max_lessons == 3
+
+
+def test_construction_never_calls_the_llm_or_loads_a_model(tmp_path: Path) -> None:
+    calls: list[str] = []
+    mem = elastimem.Elastimem(str(tmp_path / "a.db"),
+                              llm=lambda p, **k: calls.append(p) or "")  # fmt: skip
+    try:
+        assert mem.stats()["embedder"] == "not_loaded"
+    finally:
+        mem.close()
+    assert calls == []
+
+
+def test_every_method_raises_closed_error_after_close(make_store: Any) -> None:
+    mem = make_store()
+    mem.close()
+    mem.close()  # idempotent
+    calls = [
+        lambda: mem.tick(), lambda: mem.report_pressure(), lambda: mem.reconfigure(),
+        lambda: mem.build_context("x"), lambda: mem.begin_session(),
+        lambda: mem.record_turn("a", "b"), lambda: mem.foreground_begin(),
+        lambda: mem.foreground_end(), lambda: mem.report_evictions([("a", "b")]),
+        lambda: mem.drain(), lambda: mem.pending(), lambda: mem.warm_up(),
+        lambda: mem.recall("x"), lambda: mem.explain("x"), lambda: mem.sessions(),
+        lambda: mem.resume_session(), lambda: mem.end_session(), lambda: mem.remember("a", "b"),
+        lambda: mem.facts(), lambda: mem.fact_history("a"), lambda: mem.timeline("a"),
+        lambda: mem.clusters(), lambda: mem.forget("a"), lambda: mem.erase(key="a"),
+        lambda: mem.add_lesson("x"), lambda: mem.lessons(), lambda: mem.quarantine_entries(),
+        lambda: mem.stats(), lambda: mem.export("x"), lambda: mem.import_("x"),
+        lambda: mem.reindex(),
+    ]  # fmt: skip
+    for call in calls:
+        with pytest.raises(ClosedError):
+            call()
+    with pytest.raises(ClosedError), mem.foreground():
+        pass
+
+
+def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
+    expected = {
+        "path", "db_bytes", "fts_enabled", "schema_version", "tier", "facts", "fact_versions",
+        "archived_facts", "sessions", "open_sessions", "messages", "chunks", "embedded_chunks",
+        "stale_embeddings", "embedder", "embedding_model", "vector_backend", "lessons",
+        "quarantine", "graph_nodes", "graph_edges", "jobs_pending", "jobs_failed", "llm_calls",
+    }  # fmt: skip
+    stats = mem.stats()
+    assert expected <= set(stats)
+    assert stats["embedder"] == "none" and stats["db_bytes"] > 0 and stats["graph_nodes"] == 0
+
+
+def test_logging_goes_only_to_the_elastimem_logger(
+    make_store: Any, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    mem = make_store(tokenizer_fn=lambda t: "not an int")
+    mem.record_turn("hello there", "hi")
+    mem.record_turn("hello again", "hi")
+    assert {r.name for r in caplog.records} <= {"elastimem"}
+    warnings = [r for r in caplog.records if "tokenizer_fn" in r.getMessage()]
+    assert len(warnings) == 1  # a repeating warning is logged once per instance
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_argument_validation_raises_config_error(mem: elastimem.Elastimem) -> None:
+    with pytest.raises(ConfigError):
+        mem.remember(1, "x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        mem.remember("k", True)
+    with pytest.raises(ConfigError):
+        mem.remember("k", ["x"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        mem.remember("k", "v", source="merge")
+    with pytest.raises(ConfigError):
+        mem.remember("k", "v", at="not a date")
+    with pytest.raises(ConfigError):
+        mem.recall("x", kinds={"chunk", "bogus"})
+    with pytest.raises(ConfigError):
+        mem.recall("x", since="yesterday-ish")
+    with pytest.raises(ConfigError):
+        mem.erase()
+    with pytest.raises(ConfigError):
+        mem.erase(key="a", session_id=1)
+    with pytest.raises(ConfigError):
+        mem.begin_session(at="the day before")
+    assert mem.facts() == {}
+    assert mem.recall("x", k=0) == [] and mem.recall("x", k=-3) == []

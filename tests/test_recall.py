@@ -1,0 +1,143 @@
+"""Recall and explain: keyword legs, filters, fusion bookkeeping and hostile queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import elastimem
+from elastimem import text as text_module
+
+
+@pytest.fixture
+def seeded(mem: elastimem.Elastimem) -> elastimem.Elastimem:
+    mem.begin_session(at="2024-01-10")
+    mem.record_turn("We flew to Zürich for the conference", "How was it?", at="2024-01-10")
+    mem.record_turn("My sister Clara plays the cello", "Lovely instrument", at="2024-01-10")
+    mem.begin_session(at="2024-03-02")
+    mem.record_turn("I started learning Rust this week", "Great language", at="2024-03-02")
+    mem.record_turn("The cello concert was amazing", "Glad you enjoyed it", at="2024-03-02")
+    mem.end_session()
+    mem.remember("favorite_instrument", "cello")
+    return mem
+
+
+def test_keyword_recall_finds_chunks_and_facts(seeded: elastimem.Elastimem) -> None:
+    hits = seeded.recall("cello", k=5)
+    kinds = [h.kind for h in hits]
+    assert "fact" in kinds and kinds.count("chunk") == 2
+    fact = next(h for h in hits if h.kind == "fact")
+    assert fact.text == "favorite_instrument: cello" and fact.session_id is None
+    assert fact.first_msg_id is None and fact.created_at == fact.date + fact.created_at[10:]
+    chunk = next(h for h in hits if h.kind == "chunk")
+    assert chunk.first_msg_id is not None and chunk.last_msg_id is not None
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_diacritics_fold_both_ways(seeded: elastimem.Elastimem) -> None:
+    with_accent = seeded.recall("Zürich", kinds=["chunk"])
+    without = seeded.recall("zurich", kinds=["chunk"])
+    assert with_accent and without and with_accent[0].id == without[0].id
+
+
+def test_stopwords_are_dropped_but_a_stopword_only_query_still_works(
+    seeded: elastimem.Elastimem,
+) -> None:
+    assert text_module.query_terms("what did I say about the cello?") == ["cello"]
+    assert text_module.query_terms("the") == ["the"]
+    assert seeded.recall("what did I say about Rust")[0].text.startswith("User: I started")
+
+
+def test_kinds_since_until(seeded: elastimem.Elastimem) -> None:
+    assert {h.kind for h in seeded.recall("cello", kinds=["fact"])} == {"fact"}
+    assert {h.kind for h in seeded.recall("cello", kinds={"chunk"})} == {"chunk"}
+    march = seeded.recall("cello", kinds=["chunk"], since="2024-02-01")
+    assert [h.date for h in march] == ["2024-03-02"]
+    january = seeded.recall("cello", kinds=["chunk"], until="2024-02-01")
+    assert [h.date for h in january] == ["2024-01-10"]
+
+
+def test_archived_and_invalidated_facts_never_appear(mem: elastimem.Elastimem) -> None:
+    mem.remember("snack", "pretzels")
+    mem.remember("snack", "almonds")
+    assert [h.text for h in mem.recall("pretzels", kinds=["fact"])] == []
+    mem.remember("drink", "kombucha", source="auto")
+    with mem._db.atomic() as conn:
+        conn.execute("UPDATE facts SET archived = 1 WHERE key = 'drink'")
+    assert mem.recall("kombucha") == [] and "drink" not in mem.facts()
+
+
+def test_recall_includes_the_current_session(mem: elastimem.Elastimem) -> None:
+    mem.record_turn("the trampoline arrived", "fun")
+    assert mem.recall("trampoline")
+
+
+def test_empty_and_termless_queries_return_nothing(seeded: elastimem.Elastimem) -> None:
+    for query in ("", "   ", "!!!", "a", "?", "\x00"):
+        assert seeded.recall(query) == []
+
+
+def test_explain_matches_recall_and_sums(seeded: elastimem.Elastimem) -> None:
+    for query in ("cello", "Rust conference", "Zürich sister"):
+        result = seeded.explain(query, k=3)
+        assert result.hits == seeded.recall(query, k=3)
+        assert result.query == query
+        for b in result.chunk_breakdowns:
+            parts = b.fused_relevance + b.importance_nudge + b.recency_nudge + b.graph_nudge
+            assert b.total == pytest.approx(parts, abs=1e-12)
+        for f in result.fact_breakdowns:
+            parts = f.relevance + f.importance_nudge + f.recency_nudge + f.graph_nudge
+            assert f.total == pytest.approx(parts, abs=1e-12)
+    assert seeded.explain("").hits == []
+
+
+def test_like_fallback_ranks_by_terms_matched(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")
+    with elastimem.open(str(tmp_path / "x.db"), disable_builtin_embedder=True) as mem:
+        mem.record_turn("blue kayak on the lake", "ok")
+        mem.record_turn("blue sky", "ok")
+        hits = mem.recall("blue kayak lake")
+        assert hits[0].text.startswith("User: blue kayak")
+        assert mem.explain("blue kayak lake").chunk_breakdowns[1].fts == pytest.approx(1 / 3)
+
+
+HOSTILE = [
+    '"', "'", '""', "*", "-", ":", "AND", "OR", "NOT", "NEAR", "NEAR(a b)", "a AND b OR NOT c",
+    "col:value", "^start", "{a b}", "(((", ")", "\\", "\x00\x00", "\ud800", "💥" * 50,
+    "'; DROP TABLE chunks; --", "SELECT * FROM facts", "x" * 1_000_000, "é" * 10_000,
+    "cello*", '"cello"', "-cello", "cello NEAR rust", "%", "_", "%_%",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+def test_hostile_queries_never_raise(seeded: elastimem.Elastimem, query: str) -> None:
+    assert isinstance(seeded.recall(query), list)
+    assert isinstance(seeded.explain(query), elastimem.ExplainResult)
+    assert seeded.timeline(query).resolved_by in ("exact", "search", "none")
+    assert seeded.stats()["chunks"] == 4
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=st.text(max_size=200))
+def test_any_string_is_a_safe_query(seeded: elastimem.Elastimem, query: str) -> None:
+    hits = seeded.recall(query)
+    assert isinstance(hits, list)
+    assert seeded.explain(query).hits == hits
+
+
+def test_non_string_queries_are_coerced_not_raised(seeded: elastimem.Elastimem) -> None:
+    assert seeded.recall(None) == []  # type: ignore[arg-type]
+    assert isinstance(seeded.recall(12345), list)  # type: ignore[arg-type]
+
+
+def test_recall_survives_a_broken_store_connection(seeded: elastimem.Elastimem) -> None:
+    with seeded._db.atomic() as conn:
+        conn.execute("DROP TRIGGER chunks_fts_ai")
+        conn.execute("DROP TABLE chunks_fts")
+    assert seeded.recall("cello", kinds=["chunk"]) == []  # the leg fails, recall does not
+    assert seeded.recall("cello", kinds=["fact"])

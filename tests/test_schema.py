@@ -1,0 +1,158 @@
+"""Schema and migrations: a fresh store, migrated old layouts and the snapshot agree."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import elastimem
+from elastimem import db, migrations
+from elastimem.clock import TIMESTAMP_PATTERN
+from elastimem.errors import SchemaTooNewError
+from tests.legacy_layouts import create_legacy_store
+
+SNAPSHOT = Path(__file__).parent / "data" / "schema_v4.sql"
+
+
+def normalised_schema(path: Path) -> str:
+    """Every schema object's SQL, whitespace-normalised and sorted (FTS shadow tables out)."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
+            "AND name NOT LIKE 'sqlite_%' ORDER BY type, name"
+        ).fetchall()
+    finally:
+        conn.close()
+    lines = []
+    for kind, name, sql in rows:
+        if re.match(r"^(chunks|facts)_fts_(data|idx|docsize|config|content)$", name):
+            continue
+        lines.append(f"-- {kind} {name}\n" + " ".join(sql.split()) + ";")
+    return "\n".join(lines) + "\n"
+
+
+def open_and_close(path: Path) -> None:
+    elastimem.Elastimem(str(path), disable_builtin_embedder=True).close()
+
+
+def test_fresh_store_matches_the_checked_in_snapshot(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.db"
+    open_and_close(path)
+    assert normalised_schema(path) == SNAPSHOT.read_text("utf-8")
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_migrated_store_has_the_fresh_schema(tmp_path: Path, version: int) -> None:
+    fresh = tmp_path / "fresh.db"
+    old = create_legacy_store(tmp_path / f"v{version}.db", version)
+    open_and_close(fresh)
+    open_and_close(old)
+    assert normalised_schema(old) == normalised_schema(fresh)
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, version: int) -> None:
+    path = create_legacy_store(tmp_path / f"v{version}.db", version)
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"location": "Lisbon"}
+        history = mem.fact_history("location")
+        assert [f.value for f in history] == ["Porto", "Lisbon"]
+        assert history[0].invalidated_by == history[1].id
+        for fact in history:
+            assert TIMESTAMP_PATTERN.match(fact.valid_from)
+        assert mem.lessons() == ["Ask before deleting files"]
+        hits = mem.recall("Lisbon")  # FTS rebuilt over the old rows
+        assert any(h.kind == "chunk" and "Lisbon" in h.text for h in hits)
+        stats = mem.stats()
+        assert stats["schema_version"] == 4
+        if version >= 2:
+            # The old "user" node was folded into the self node; its edge survived on it.
+            assert stats["graph_nodes"] == 1
+            assert stats["graph_edges"] == 1
+    conn = sqlite3.connect(path)
+    try:
+        ledger = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+        assert ledger == [v for v in (2, 3, 4) if v > version]
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+        assert kinds.count("migrated") == len(ledger)
+        lessons = conn.execute("SELECT created_at, last_used_at FROM lessons").fetchone()
+        assert lessons[0] == lessons[1] == "2024-05-01T10:00:00.000000Z"
+        self_nodes = conn.execute("SELECT count(*) FROM graph_nodes WHERE type='self'").fetchone()
+        assert self_nodes[0] == 1
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    finally:
+        conn.close()
+
+
+def test_fresh_store_records_creation(tmp_path: Path) -> None:
+    path = tmp_path / "fresh.db"
+    open_and_close(path)
+    conn = sqlite3.connect(path)
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta"))
+        assert meta["schema_version"] == "4"
+        assert meta["created_by"] == elastimem.__version__
+        assert TIMESTAMP_PATTERN.match(meta["created_at"])
+        assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
+            (4, "initial")
+        ]
+        assert [r[0] for r in conn.execute("SELECT kind FROM events")][:1] == ["created"]
+    finally:
+        conn.close()
+
+
+def test_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    open_and_close(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(SchemaTooNewError, match="upgrade elastimem"):
+        elastimem.Elastimem(str(path), disable_builtin_embedder=True)
+    assert path.read_bytes() == before
+
+
+def test_a_failing_step_rolls_back_and_names_the_step(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = create_legacy_store(tmp_path / "v3.db", 3)
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x)")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(migrations, "STEPS", ((4, "m004_canonical", broken),))
+    with pytest.raises(elastimem.StoreError, match="m004_canonical"):
+        elastimem.Elastimem(str(path), disable_builtin_embedder=True)
+    conn = sqlite3.connect(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "half_done" not in names
+        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+    finally:
+        conn.close()
+
+
+def test_every_written_timestamp_is_canonical(make_store, llm) -> None:  # type: ignore[no-untyped-def]
+    mem = make_store(llm=llm)
+    mem.record_turn("My name is Ada and I live in Zürich", "Hello Ada")
+    mem.remember("favorite_color", "teal")
+    mem.add_lesson("Keep answers short")
+    mem.end_session()
+    mem.drain()
+    with mem._db.read() as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE '%fts%'")]
+        for table in tables:
+            columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+            for column in columns:
+                if column not in migrations.TIMESTAMP_COLUMNS:
+                    continue
+                for (value,) in conn.execute(f'SELECT "{column}" FROM "{table}" '
+                                             f'WHERE "{column}" IS NOT NULL'):
+                    assert TIMESTAMP_PATTERN.match(value), (table, column, value)

@@ -1,0 +1,197 @@
+"""The open sequence and storage faults: corrupt, locked, unwritable, FTS changes, threads."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import elastimem
+from elastimem import db
+from elastimem.errors import StoreError, StoreLockedError
+
+
+def test_missing_parent_folders_are_created_and_tilde_expanded(isolated_env: Path) -> None:
+    with elastimem.open("~/deep/er/memory.db", disable_builtin_embedder=True) as mem:
+        assert mem.path == str((isolated_env / "deep" / "er" / "memory.db").resolve())
+    assert (isolated_env / "deep" / "er" / "memory.db").exists()
+
+
+def test_garbage_file_is_set_aside_with_its_side_files(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    garbage = b"this is not a database at all " * 200
+    path.write_bytes(garbage)
+    Path(str(path) + "-wal").write_bytes(b"junk wal")
+    Path(str(path) + "-shm").write_bytes(b"junk shm")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("name", "Ada")
+        assert mem.facts() == {"name": "Ada"}
+        with mem._db.read() as conn:
+            events = conn.execute(
+                "SELECT detail FROM events WHERE kind = 'recovered_from_corruption'"
+            ).fetchall()
+        assert len(events) == 1
+    aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
+    assert len(aside) == 3
+    main = [p for p in tmp_path.iterdir() if p.name.endswith(tuple("0123456789Z"))
+            and ".corrupt-" in p.name]  # fmt: skip
+    assert main and main[0].read_bytes() == garbage
+    assert any(n.endswith("-wal") for n in aside) and any(n.endswith("-shm") for n in aside)
+
+
+def test_locked_file_raises_and_is_never_renamed(tmp_path: Path, fast_busy_timeout: None) -> None:
+    path = tmp_path / "memory.db"
+    elastimem.Elastimem(str(path), disable_builtin_embedder=True).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO meta (key, value) VALUES ('held', '1')")
+    try:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        with pytest.raises(StoreLockedError, match="locked"):
+            elastimem.Elastimem(str(path), disable_builtin_embedder=True)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert mem.stats()["schema_version"] == 4
+
+
+def test_a_path_that_cannot_be_created_gets_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="cannot create the folder"):
+        elastimem.Elastimem(str(blocker / "sub" / "memory.db"), disable_builtin_embedder=True)
+    with pytest.raises(StoreError, match="is a folder"):
+        elastimem.Elastimem(str(tmp_path), disable_builtin_embedder=True)
+
+
+def test_bad_path_types_raise_config_error() -> None:
+    with pytest.raises(elastimem.ConfigError):
+        elastimem.Elastimem(42, disable_builtin_embedder=True)  # type: ignore[arg-type]
+
+
+def test_store_created_without_fts_finds_old_rows_once_fts_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "memory.db"
+    monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert not mem.fts_enabled
+        mem.record_turn("We visited the aquarium in Zürich", "Sounds fun")
+        mem.remember("favorite_animal", "octopus")
+        # LIKE fallback, accent-insensitive both ways
+        assert mem.recall("zurich aquarium", kinds=["chunk"])
+        assert mem.recall("octopus", kinds=["fact"])[0].text == "favorite_animal: octopus"
+    monkeypatch.delenv("ELASTIMEM_DISABLE_FTS")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert mem.fts_enabled
+        hits = mem.recall("aquarium")
+        assert hits and "aquarium" in hits[0].text
+        with mem._db.read() as conn:
+            kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+        assert "fts_rebuilt" in kinds
+
+
+def test_store_reopened_without_fts_still_accepts_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("first turn about kayaks", "ok")
+    monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("second turn about canoes", "ok")
+        mem.remember("boat", "kayak")
+        assert mem.recall("canoes")
+        with mem._db.read() as conn:
+            kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+            triggers = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type='trigger'"
+            ).fetchone()[0]
+        assert "fts_disabled" in kinds and triggers == 0
+    monkeypatch.delenv("ELASTIMEM_DISABLE_FTS")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert [h.text for h in mem.recall("canoes")][0].startswith("User: second turn")
+
+
+def test_memory_store_is_private_and_works_across_threads() -> None:
+    with elastimem.open(":memory:", disable_builtin_embedder=True) as mem:
+        errors: list[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                for i in range(20):
+                    mem.record_turn(f"thread {n} message {i} about gardening", "noted")
+                    mem.recall("gardening")
+            except BaseException as exc:  # pragma: no cover - surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert mem.stats()["messages"] == 160
+        assert mem.stats()["db_bytes"] == 0
+    with elastimem.open(":memory:", disable_builtin_embedder=True) as other:
+        assert other.stats()["messages"] == 0
+
+
+def test_atomic_nests_as_savepoints_and_rolls_back(tmp_path: Path) -> None:
+    store = db.open_store(tmp_path / "x.db")
+    try:
+        with store.atomic() as conn:
+            db.set_meta(conn, "outer", 1)
+            with pytest.raises(RuntimeError), store.atomic():
+                db.set_meta(conn, "inner", 1)
+                raise RuntimeError("undo the inner level only")
+        with store.read() as conn:
+            assert db.get_meta(conn, "outer") == "1"
+            assert db.get_meta(conn, "inner") is None
+        with pytest.raises(RuntimeError), store.atomic() as conn:
+            db.set_meta(conn, "gone", 1)
+            raise RuntimeError("undo everything")
+        with store.read() as conn:
+            assert db.get_meta(conn, "gone") is None
+    finally:
+        store.close()
+
+
+def test_sqlite_errors_are_wrapped(tmp_path: Path) -> None:
+    store = db.open_store(tmp_path / "x.db")
+    try:
+        with pytest.raises(StoreError) as info, store.atomic() as conn:
+            conn.execute("INSERT INTO no_such_table VALUES (1)")
+        assert isinstance(info.value.__cause__, sqlite3.Error)
+    finally:
+        store.close()
+
+
+def test_readers_cannot_write(tmp_path: Path) -> None:
+    store = db.open_store(tmp_path / "x.db")
+    try:
+        reader = threading.Thread(target=lambda: None)
+        reader.start()
+        reader.join()
+        with pytest.raises(StoreError), store.read() as conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")
+    finally:
+        store.close()
+
+
+def test_events_keep_the_newest_thousand(tmp_path: Path) -> None:
+    store = db.open_store(tmp_path / "x.db")
+    try:
+        with store.atomic() as conn:
+            for i in range(1100):
+                db.log_event(conn, "reindex", n=i)
+        with store.read() as conn:
+            count, newest = conn.execute("SELECT count(*), max(id) FROM events").fetchone()
+        assert count == db.EVENTS_KEPT and newest >= 1100
+    finally:
+        store.close()
