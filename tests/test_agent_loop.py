@@ -1,0 +1,370 @@
+"""The agent loop: the LLM gate per tier and cadence, extraction, summaries, consolidation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import elastimem
+from elastimem import Tier
+from tests.conftest import ScriptedLLM
+
+EXTRACTION = json.dumps(
+    {
+        "facts": {"favorite_color": "teal", "sister_name": "Clara"},
+        "entities": [{"name": "Clara", "type": "person"}],
+        "relationships": [{"source": "USER", "relation": "sister of", "target": "Clara"}],
+    }
+)
+LONG = "I spent the whole afternoon repainting the garden fence in teal with my sister Clara"
+
+
+def run_session(mem: elastimem.Elastimem, turns: int = 4) -> None:
+    mem.begin_session()
+    for i in range(turns):
+        mem.record_turn(f"{LONG} (part {i})", "Sounds like a lovely afternoon together.")
+    mem.report_evictions([(f"{LONG}. And more.", "ok")])
+    mem.end_session()
+    mem.drain(timeout=10)
+
+
+def test_lite_without_opt_in_makes_zero_llm_calls(make_store: Any, llm: ScriptedLLM) -> None:
+    llm.replies["extract"] = EXTRACTION
+    mem = make_store(llm=llm, tier_override="lite", idle_consolidate_seconds=0.05)
+    run_session(mem)
+    with mem._db.atomic() as conn:  # force a sweep
+        conn.execute("INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5') "
+                     "ON CONFLICT(key) DO UPDATE SET value = '5'")  # fmt: skip
+    time.sleep(0.3)
+    mem.drain(timeout=10)
+    assert llm.calls == []
+    assert mem.stats()["llm_calls"] == {}
+    assert mem.resume_session()[0]  # the extractive digest was still written
+
+
+def test_lite_with_opt_in_extracts_only_after_end_session(make_store: Any, llm: ScriptedLLM) -> None:
+    llm.replies["extract"] = EXTRACTION
+    mem = make_store(llm=llm, tier_override="lite", lite_llm_extraction=True)
+    mem.begin_session()
+    for i in range(3):
+        mem.record_turn(f"{LONG} (part {i})", "ok")
+    mem.drain(timeout=5)
+    assert llm.calls == []
+    assert mem.pending() == 3  # three held extract jobs, merged into one at session end
+    mem.end_session()
+    mem.drain(timeout=10)
+    assert llm.kinds() == ["extract"]  # all three turns packed into one prompt
+    assert "(part 0)" in llm.calls[0][1] and "(part 2)" in llm.calls[0][1]
+    assert mem.facts()["favorite_color"] == "teal"
+
+
+def test_standard_batches_extraction_and_summarises(make_store: Any, llm: ScriptedLLM) -> None:
+    llm.replies.update(extract=EXTRACTION, **{"summarise-session": "The user painted a fence."})
+    mem = make_store(llm=llm, tier_override="standard")
+    mem.begin_session()
+    mem.record_turn(f"{LONG} (one)", "ok")
+    assert mem.pending() == 1  # held until the batch is full
+    mem.record_turn(f"{LONG} (two)", "ok")
+    mem.end_session()
+    mem.drain(timeout=10)
+    kinds = llm.kinds()
+    assert kinds.count("extract") == 1 and kinds.count("summarise-session") == 1
+    assert "(one)" in llm.calls[0][1] and "(two)" in llm.calls[0][1]
+    assert mem.sessions()[0]["summary"] == "The user painted a fence."
+    max_tokens = llm.calls[0][2]["max_tokens"]
+    assert max_tokens == 2 * mem.config.worker_max_tokens and llm.calls[0][2]["temperature"] == 0.0
+
+
+def test_full_extracts_every_turn_and_raises_chunk_importance(make_store: Any,
+                                                              llm: ScriptedLLM) -> None:
+    llm.replies["extract"] = EXTRACTION
+    mem = make_store(llm=llm, tier_override="full")
+    mem.record_turn(LONG, "ok")
+    mem.record_turn("too short", "ok")  # fewer than min_query_words: no extraction
+    mem.drain(timeout=10)
+    assert llm.kinds() == ["extract"]
+    facts = mem.facts()
+    assert facts["favorite_color"] == "teal" and facts["sister_name"] == "Clara"
+    assert mem.fact_history("favorite_color")[0].source == "auto"
+    with mem._db.read() as conn:
+        importance = conn.execute("SELECT importance FROM chunks ORDER BY id").fetchall()
+    assert importance[0][0] >= 0.8 and importance[1][0] == 0.5
+    assert mem.stats()["llm_calls"] == {"extract": 1}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "", "NONE", "none at all", "garbage { not json", "```json\n{\"facts\": {\"pet\": \"dog\"},}\n```",
+        "Sure! {'facts': {'pet': 'dog'}} hope that helps", '{"facts": {"pet": true, "n": null}}',
+        '{"facts": {"user_said": "hi", "name": "unknown", "bio": "I am an AI assistant"}}',
+        '{"facts": {"pet": "' + "x" * 300 + '"}}', "[" * 10000, '{"facts": [1, 2, 3]}',
+        '{"pet": "dog"} {"facts": {"pet": "cat"}}', "\x00\ud800",
+    ],
+)  # fmt: skip
+def test_malformed_extraction_never_crashes_or_stores_junk(make_store: Any, reply: str) -> None:
+    llm = ScriptedLLM({"extract": reply})
+    mem = make_store(llm=llm, tier_override="full")
+    mem.record_turn(LONG, "ok")
+    assert mem.drain(timeout=10)
+    facts = mem.facts()
+    assert set(facts) <= {"pet"}
+    assert facts.get("pet", "dog") in ("dog", "cat")
+    assert mem.stats()["jobs_failed"] == 0
+
+
+def test_an_llm_that_raises_is_retried_then_failed(make_store: Any) -> None:
+    llm = ScriptedLLM({"extract": RuntimeError("model crashed")})
+    mem = make_store(llm=llm, tier_override="full")
+    mem.record_turn(LONG, "ok")
+    mem.drain(timeout=1)
+    with mem._db.read() as conn:
+        state, attempts, error, not_before = conn.execute(
+            "SELECT state, attempts, last_error, not_before FROM jobs WHERE kind='extract'"
+        ).fetchone()
+    assert state == "queued" and attempts == 1 and "model crashed" in error and not_before
+    assert mem.facts() == {}
+
+
+def test_foreground_blocks_background_llm_calls(make_store: Any) -> None:
+    intervals: list[tuple[float, float]] = []
+
+    def slow_llm(prompt: str, *, max_tokens: int, temperature: float) -> str:
+        start = time.monotonic()
+        time.sleep(0.05)
+        intervals.append((start, time.monotonic()))
+        return "NONE"
+
+    mem = make_store(llm=slow_llm, tier_override="full")
+    host_blocks: list[tuple[float, float]] = []
+    for round_ in range(4):
+        for i in range(3):
+            mem.record_turn(f"{LONG} round {round_} turn {i}", "ok")
+        with mem.foreground():
+            start = time.monotonic()
+            time.sleep(0.12)  # the host's own generation
+            host_blocks.append((start, time.monotonic()))
+    assert mem.drain(timeout=20)
+    assert len(intervals) == 12
+    for h_start, h_end in host_blocks:
+        for c_start, c_end in intervals:
+            assert c_end <= h_start or c_start >= h_end, "an LLM call overlapped foreground()"
+
+
+def test_foreground_end_without_begin_is_a_logged_noop(
+    mem: elastimem.Elastimem, caplog: pytest.LogCaptureFixture
+) -> None:
+    mem.foreground_end()
+    assert "without a matching" in caplog.text
+
+
+def test_downgrade_to_lite_stops_queued_llm_jobs(make_store: Any, llm: ScriptedLLM) -> None:
+    mem = make_store(llm=llm, tier_override="full")
+    mem.foreground_begin()  # hold the jobs in the queue
+    for i in range(3):
+        mem.record_turn(f"{LONG} {i}", "ok")
+    mem.reconfigure(tier_override="lite")
+    mem.foreground_end()
+    mem.drain(timeout=10)
+    assert llm.calls == []
+    assert mem.pending() == 0
+
+
+def test_drain_releases_batched_jobs(make_store: Any, llm: ScriptedLLM) -> None:
+    mem = make_store(llm=llm, tier_override="standard", batched_every_n_turns=5)
+    mem.record_turn(LONG, "ok")
+    assert mem.pending() == 1
+    assert mem.drain(timeout=10)
+    assert llm.kinds() == ["extract"] and mem.pending() == 0
+
+
+def test_rolling_summary_llm_mode_replaces_the_extractive_digest(make_store: Any) -> None:
+    llm = ScriptedLLM({"condense": "The user painted a fence. They did it with Clara."})
+    mem = make_store(llm=llm, tier_override="full", min_query_words=50)
+    mem.record_turn("hello", "hi")
+    with mem.foreground():  # hold the LLM job so the inline extractive digest is visible
+        mem.report_evictions([("First we talked about painting. Then other things", "ok")])
+        plan = mem.build_context("")
+    assert plan.rolling_summary == "- First we talked about painting."
+    mem.drain(timeout=10)
+    assert llm.kinds() == ["condense"]
+    plan = mem.build_context("fence")
+    assert plan.rolling_summary == "- The user painted a fence.\n- They did it with Clara."
+    assert "painted" not in plan.render()  # the digest is never rendered
+
+
+def test_extractive_digest_trims_oldest_and_survives_reopen(make_store: Any, store_path: Path) -> None:
+    mem = make_store(tier_override="lite", context_tokens=2048)
+    mem.record_turn("a turn so the session has messages", "ok")
+    budget = mem.profile.budgets.sessions
+    for i in range(40):
+        mem.report_evictions([(f"Turn {i} was about topic number {i}. Details follow", "ok")])
+    digest = mem.build_context("").rolling_summary
+    items = digest.split("\n")
+    assert len(digest) // 4 <= budget
+    assert items[-1] == "- Turn 39 was about topic number 39."
+    assert "- Turn 0 was about" not in digest
+    mem.report_evictions([("turn 39 was about topic number 39.", "dup")])  # case-insensitive dupe
+    assert mem.build_context("").rolling_summary == digest
+    mem.end_session()
+    assert mem.resume_session()[0] == digest
+
+
+def test_marker_when_every_evicted_turn_was_blank(make_store: Any) -> None:
+    mem = make_store(tier_override="lite")
+    mem.report_evictions([("", "x"), ("   ", "y")])
+    assert mem.build_context("").rolling_summary == (
+        "[2 earlier turns omitted; search memory for details]"
+    )
+
+
+def test_session_summary_only_with_two_user_turns_and_standard(make_store: Any) -> None:
+    llm = ScriptedLLM({"summarise-session": "They chatted."})
+    mem = make_store(llm=llm, tier_override="standard", min_query_words=99)
+    mem.record_turn("only one turn", "ok")
+    mem.end_session()
+    mem.drain()
+    assert llm.calls == [] and mem.sessions()[0]["summary"] is None
+    assert mem.sessions()[0]["title"] == "only one turn"
+
+
+def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
+    llm = ScriptedLLM({"merge": "Lisbon and Porto"})
+    mem = make_store(llm=llm, tier_override="full")
+    mem.remember("home_city", "Porto", source="auto")
+    mem.remember("home_city", "Lisbon", source="auto")
+    with mem._db.atomic() as conn:
+        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+    mem.drain(timeout=10)
+    history = mem.fact_history("home_city")
+    assert [f.value for f in history] == ["Porto", "Lisbon", "Lisbon and Porto"]
+    assert history[-1].source == "merge" and history[-1].importance == 0.5
+    assert history[1].invalidated_by == history[2].id
+    assert llm.kinds() == ["merge"]
+    with mem._db.read() as conn:
+        assert conn.execute("SELECT verdict FROM fact_reviews").fetchall() == [("merged",)]
+    # A second sweep: the reviewed pair is never offered again, and the merge's own
+    # supersession (source merge) is not reviewed.
+    end = mem.end_session  # noqa: F841 - nothing open; queue a consolidate directly
+    with mem._db.atomic() as conn:
+        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+    mem.drain(timeout=10)
+    assert llm.kinds() == ["merge"]
+
+
+def test_idle_sweeps_of_an_unchanged_store_make_no_llm_calls(make_store: Any) -> None:
+    llm = ScriptedLLM({"merge": "x"})
+    mem = make_store(llm=llm, tier_override="full", idle_consolidate_seconds=0.05)
+    mem.remember("home_city", "Porto", source="auto")
+    mem.remember("home_city", "Lisbon", source="auto")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not llm.calls:
+        time.sleep(0.05)
+        mem._worker.signal()
+    assert llm.kinds() == ["merge"]
+    with mem._db.read() as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key='writes_since_consolidation'"
+                            ).fetchone()[0] == "0"  # fmt: skip
+    time.sleep(0.5)
+    mem._worker.signal()
+    time.sleep(0.3)
+    assert llm.kinds() == ["merge"]
+
+
+def test_unused_auto_fact_is_archived_at_the_horizon(make_store: Any) -> None:
+    mem = make_store(tier_override="standard")
+    mem.remember("snack_old", "crisps", source="auto", at="2020-01-01")
+    mem.remember("snack_new", "nuts", source="auto")
+    mem.remember("drink", "tea", source="explicit", at="2000-01-01")  # never decays
+    with mem._db.atomic() as conn:
+        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+    mem.drain(timeout=10)
+    assert set(mem.facts()) == {"snack_new", "drink"}
+    assert mem.stats()["archived_facts"] == 1
+    assert mem.remember("snack_old", "crisps", source="auto")[1] == "already stored"
+    assert "snack_old" in mem.facts()  # re-asserting un-archives
+
+
+def test_decay_horizons_match_the_spec() -> None:
+    import math
+
+    from elastimem.semantic import decay_horizon_factor
+
+    def horizon(access: int) -> float:
+        h = 60.0 * decay_horizon_factor(access)
+        return h * math.log(0.5 / 0.15) / math.log(2)
+
+    assert horizon(0) == pytest.approx(104.2, abs=0.05)
+    assert horizon(3) == pytest.approx(248.7, abs=0.1)
+
+
+CRASHER = textwrap.dedent(
+    """
+    import os, sys, time, elastimem
+    started = []
+    def stuck_llm(prompt, *, max_tokens, temperature):
+        started.append(1)
+        time.sleep(60)
+        return "NONE"
+    mem = elastimem.Elastimem(sys.argv[1], llm=stuck_llm, tier_override="full",
+                              disable_builtin_embedder=True)
+    for i in range(3):
+        mem.record_turn(f"I moved to Lisbon last spring and I love it here ({i})", "ok")
+    while not started:
+        time.sleep(0.01)
+    print("queued", flush=True)
+    os._exit(9)  # a crash mid-job: one running, two queued
+    """
+)
+
+
+def test_queued_jobs_survive_a_crash(store_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", CRASHER, str(store_path)], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert "queued" in out.stdout, out.stderr
+    llm = ScriptedLLM({"extract": '{"facts": {"home_city": "Lisbon"}}'})
+    with elastimem.Elastimem(str(store_path), llm=llm, tier_override="full",
+                             disable_builtin_embedder=True) as mem:  # fmt: skip
+        # Adopted: the running job back in the queue, plus the orphan session's summary.
+        with mem._db.read() as conn:
+            extracts = conn.execute("SELECT state FROM jobs WHERE kind = 'extract'").fetchall()
+        assert extracts == [("queued",)] * 3
+        assert mem.drain(timeout=10)
+        assert sorted(llm.kinds()) == ["extract"] * 3 + ["summarise-session"]
+        assert mem.facts()["home_city"] == "Lisbon"
+
+
+def test_tier_change_callback(make_store: Any) -> None:
+    seen: list[tuple[Tier, Tier]] = []
+    mem = make_store(probe_fn=lambda: (32 * 2**30, 20 * 2**30), on_tier_change=lambda o, n:
+                     seen.append((o, n)))  # fmt: skip
+    assert mem.profile.tier == Tier.FULL
+    mem.report_pressure()
+    assert mem.profile.tier == Tier.STANDARD and seen == [(Tier.FULL, Tier.STANDARD)]
+    mem.report_pressure()  # within 30 s: no second drop
+    assert mem.profile.tier == Tier.STANDARD
+    mem.reconfigure(tier_override="lite")
+    assert mem.tick().tier == Tier.LITE
+    assert mem.stats()["tier"] == "lite" and mem.stats()["vector_backend"] == "numpy-stream"
+
+
+def test_worker_thread_is_named_and_stops_on_close(make_store: Any) -> None:
+    mem = make_store()
+    assert any(t.name == "elastimem-worker" and t.daemon for t in threading.enumerate())
+    mem.close()
+    time.sleep(0.1)
+    assert not mem._worker._thread.is_alive()

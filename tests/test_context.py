@@ -1,0 +1,179 @@
+"""build_context: sections, budgets, fitting, exclusions and failure isolation (SPEC §5.8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import elastimem
+from elastimem import assembly
+from elastimem.assembly import fit_lines
+
+HEADINGS = ["WHAT YOU KNOW ABOUT THE USER", "RELATED TOPICS",
+            "RELEVANT PAST MOMENTS (from earlier conversations)", "PREVIOUS SESSIONS",
+            "LESSONS FROM PAST MISTAKES"]  # fmt: skip
+
+
+def est(text: str) -> int:
+    return 0 if not text else max(1, len(text) // 4)
+
+
+def test_plan_shape_and_render(mem: elastimem.Elastimem) -> None:
+    mem.begin_session(at="2024-05-01")
+    mem.record_turn("We hiked the Dolomites with our tent", "Wonderful", at="2024-05-01")
+    mem.end_session()
+    mem.remember("name", "Ada")
+    mem.remember("tent_brand", "Hilleberg")
+    mem.add_lesson("Double-check trail closures")
+    mem.begin_session()
+    plan = mem.build_context("planning another tent hike")
+    assert list(plan.sections) == ["user_facts", "graph_context", "relevant_past_moments",
+                                   "previous_sessions", "lessons"]  # fmt: skip
+    assert plan.sections["user_facts"].split("\n") == ["- name: Ada", "- tent_brand: Hilleberg"]
+    assert plan.sections["relevant_past_moments"].startswith("- [2024-05-01] User: We hiked")
+    assert plan.sections["previous_sessions"] == "- [2024-05-01] We hiked the Dolomites with our tent"
+    assert plan.sections["lessons"] == "- Double-check trail closures"
+    rendered = plan.render()
+    assert rendered.startswith("WHAT YOU KNOW ABOUT THE USER\n- name: Ada")
+    order = [rendered.index(h) for h in HEADINGS if h in rendered]
+    assert order == sorted(order) and "RELATED TOPICS" not in rendered
+    assert "\n\n" in rendered
+    assert set(plan.tokens) == set(plan.sections)
+    assert plan.keep_last_n_turns == mem.profile.keep_last_n_turns
+    assert len(plan.fact_ids) == 2 and plan.profile == mem.profile
+
+
+def test_injected_facts_are_touched(mem: elastimem.Elastimem) -> None:
+    mem.remember("name", "Ada")
+    mem.build_context("hello")
+    mem.build_context("hello")
+    (fact,) = mem.fact_history("name")
+    assert fact.access_count == 2 and fact.last_accessed_at is not None
+
+
+def test_notes_are_ranked_by_relevance_after_profile_facts(mem: elastimem.Elastimem) -> None:
+    mem.remember("bike_model", "Brompton")
+    mem.remember("coffee_order", "flat white")
+    mem.remember("location", "Leeds")
+    lines = mem.build_context("which coffee should I order?").sections["user_facts"].split("\n")
+    assert lines == ["- location: Leeds", "- coffee_order: flat white", "- bike_model: Brompton"]
+
+
+def test_past_moments_never_include_the_current_session(mem: elastimem.Elastimem) -> None:
+    mem.record_turn("an older chat about violins", "ok")
+    mem.begin_session()
+    for i in range(10):
+        mem.record_turn(f"violins violins violins number {i}", "ok")
+    past = mem.build_context("violins").sections["relevant_past_moments"]
+    assert past.count("\n") == 0 and "older chat" in past
+    assert len(mem.recall("violins", k=20)) == 11  # recall includes it
+
+
+def test_retrieval_needs_enough_words(make_store: Any) -> None:
+    mem = make_store(min_retrieval_query_words=3)
+    mem.record_turn("kayak trip notes", "ok")
+    mem.begin_session()
+    assert mem.build_context("kayak").sections["relevant_past_moments"] == ""
+    assert mem.build_context("my kayak trip").sections["relevant_past_moments"]
+
+
+def test_fitting_cuts_or_skips_and_continues() -> None:
+    lines = ["- short one", "- " + "very long line " * 40, "- short two"]
+    text = fit_lines(lines, 40, est)
+    kept = text.split("\n")
+    assert kept[0] == "- short one" and len(kept) == 2
+    assert kept[1].endswith("…") and " ".join(kept[1][:-1].split()) == kept[1][:-1].strip()
+    assert est(text) <= 40 and est(text + " word") > 38
+    # Fewer than 24 tokens left: the long line is skipped, the next still fits.
+    text = fit_lines(lines, 20, est)
+    assert text == "- short one\n- short two"
+
+
+def test_one_overlong_fact_never_empties_the_section(make_store: Any) -> None:
+    mem = make_store(context_tokens=1024)
+    mem.remember("name", "Ada")
+    mem.remember("life_story", "once upon a time " * 28)
+    mem.remember("pet", "cat")
+    section = mem.build_context("hello").sections["user_facts"]
+    assert section.startswith("- name: Ada")
+    assert "- pet: cat" in section
+    assert est(section) <= mem.profile.budgets.facts
+
+
+def test_a_failing_component_leaves_only_its_section_empty(
+    mem: elastimem.Elastimem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mem.record_turn("notes about quinoa salad", "ok")
+    mem.remember("name", "Ada")
+    mem.add_lesson("Ask about allergies")
+    mem.begin_session()
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("retrieval exploded")
+
+    monkeypatch.setattr(assembly, "_past_hits", boom)
+    plan = mem.build_context("quinoa salad")
+    assert plan.sections["relevant_past_moments"] == ""
+    assert plan.sections["user_facts"] == "- name: Ada"
+    assert plan.sections["lessons"] == "- Ask about allergies"
+    monkeypatch.setattr(assembly, "_fact_lines", boom)
+    monkeypatch.setattr(mem._services, "est", boom)
+    plan = mem.build_context("quinoa salad")
+    assert isinstance(plan, elastimem.ContextPlan)
+
+
+def test_build_context_never_raises_on_hostile_input(mem: elastimem.Elastimem) -> None:
+    mem.record_turn("something", "else")
+    for text in ("", None, "\x00", "\ud800", '"AND OR*', "x" * 1_000_000, 42):
+        plan = mem.build_context(text)  # type: ignore[arg-type]
+        assert isinstance(plan, elastimem.ContextPlan)
+
+
+def test_previous_sessions_are_the_five_newest_oldest_first(mem: elastimem.Elastimem) -> None:
+    for day in range(1, 8):
+        mem.begin_session(at=f"2024-02-0{day}")
+        mem.record_turn(f"session on day {day}", "ok", at=f"2024-02-0{day}")
+    mem.begin_session()
+    lines = mem.build_context("").sections["previous_sessions"].split("\n")
+    assert [line[3:13] for line in lines] == [f"2024-02-0{d}" for d in range(3, 8)]
+
+
+LEVELS = st.sampled_from(["lite", "standard", "full"])
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    context_tokens=st.integers(1024, 16384),
+    static=st.integers(0, 3000),
+    tier=LEVELS,
+    fact_sizes=st.lists(st.integers(1, 600), max_size=8),
+    chunk_sizes=st.lists(st.integers(1, 3000), max_size=6),
+    lesson_sizes=st.lists(st.integers(1, 300), max_size=4),
+)  # fmt: skip
+def test_no_section_ever_exceeds_its_budget(
+    make_store: Any, context_tokens: int, static: int, tier: str, fact_sizes: list[int],
+    chunk_sizes: list[int], lesson_sizes: list[int],
+) -> None:  # fmt: skip
+    mem = make_store(":memory:", context_tokens=context_tokens, static_prompt_tokens=static,
+                     tier_override=tier)  # fmt: skip
+    for i, size in enumerate(fact_sizes):
+        mem.remember(f"note_{i}", ("zebra " * size)[:size])
+    for i, size in enumerate(chunk_sizes):
+        mem.record_turn(("zebra word " * size)[:size] + f" {i}", "ok")
+    for i, size in enumerate(lesson_sizes):
+        mem.add_lesson(f"lesson {i} " + "x" * size)
+    mem.begin_session()
+    plan = mem.build_context("zebra word")
+    budgets = mem.profile.budgets
+    tokens = {k: est(v) for k, v in plan.sections.items()}
+    assert tokens["user_facts"] <= budgets.facts
+    assert tokens["graph_context"] <= budgets.graph
+    assert tokens["graph_context"] + tokens["relevant_past_moments"] <= budgets.episodic
+    assert tokens["previous_sessions"] <= budgets.sessions
+    assert tokens["lessons"] <= budgets.lessons
+    assert plan.tokens == tokens
+    mem.close()

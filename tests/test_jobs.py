@@ -1,0 +1,127 @@
+"""The durable job queue and the worker: claims, retries, adoption, drain, close."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import elastimem
+from elastimem import jobs
+from elastimem.episodic import Owner
+
+
+def test_retries_then_failed_keeps_last_error(mem: elastimem.Elastimem) -> None:
+    owner = Owner.current()
+    with mem._db.atomic() as conn:
+        job_id = jobs.enqueue(conn, "embed", owner, payload={"chunk_ids": [1]})
+        claimed = jobs.claim(conn, owner, frozenset())
+        assert claimed is not None and claimed.id == job_id
+        assert jobs.fail(conn, job_id, "first") is False
+        row = conn.execute("SELECT state, attempts, not_before FROM jobs WHERE id=?",
+                           (job_id,)).fetchone()  # fmt: skip
+        assert row[0] == "queued" and row[1] == 1 and row[2] is not None
+        assert jobs.claim(conn, owner, frozenset()) is None  # not before its retry time
+        assert jobs.fail(conn, job_id, "second") is False
+        assert jobs.fail(conn, job_id, "third") is True
+        state, error = conn.execute("SELECT state, last_error FROM jobs WHERE id=?",
+                                    (job_id,)).fetchone()  # fmt: skip
+    assert (state, error) == ("failed", "third")
+    assert mem.stats()["jobs_failed"] == 1
+
+
+def test_claim_order_and_ownership(mem: elastimem.Elastimem) -> None:
+    me = Owner.current()
+    other = Owner(me.pid + 1, "another-host")
+    with mem._db.atomic() as conn:
+        conn.execute("DELETE FROM jobs")
+        jobs.enqueue(conn, "consolidate", me)
+        jobs.enqueue(conn, "extract", me, session_id=None)
+        foreign = jobs.enqueue(conn, "embed", other)
+        first = jobs.claim(conn, me, frozenset())
+        second = jobs.claim(conn, me, frozenset({"consolidate"}))
+        third = jobs.claim(conn, me, frozenset())
+        assert jobs.claim(conn, me, frozenset()) is None  # the foreign job is not ours
+        conn.execute("UPDATE jobs SET owner_pid = NULL, owner_host = NULL WHERE id = ?",
+                     (foreign,))  # fmt: skip
+        assert jobs.claim(conn, me, frozenset()).id == foreign  # type: ignore[union-attr]
+    assert (first.kind, second, third.kind) == ("extract", None, "consolidate")  # type: ignore[union-attr]
+
+
+def test_expired_leases_and_dead_owners_are_recovered(mem: elastimem.Elastimem) -> None:
+    me = Owner.current()
+    with mem._db.atomic() as conn:
+        conn.execute("DELETE FROM jobs")
+        stale = jobs.enqueue(conn, "embed", Owner(999_999, me.host))  # a dead pid here
+        conn.execute("UPDATE jobs SET state='running', lease_until='2000-01-01T00:00:00.000000Z' "
+                     "WHERE id = ?", (stale,))  # fmt: skip
+        silent = jobs.enqueue(conn, "link", Owner(5, "far-away"))
+        conn.execute("UPDATE jobs SET updated_at='2000-01-01T00:00:00.000000Z' WHERE id = ?",
+                     (silent,))  # fmt: skip
+        alive = jobs.enqueue(conn, "link", Owner(5, "far-away"))
+        requeued, adopted = jobs.recover(conn, me)
+        rows = dict(conn.execute("SELECT id, owner_host || ':' || state FROM jobs").fetchall())
+    assert requeued == 1 and adopted == 2
+    assert rows[stale] == f"{me.host}:queued" and rows[silent] == f"{me.host}:queued"
+    assert rows[alive] == "far-away:queued"
+
+
+def test_drain_waits_and_times_out(make_store: Any) -> None:
+    def slow(prompt: str, *, max_tokens: int, temperature: float) -> str:
+        time.sleep(0.6)
+        return "NONE"
+
+    mem = make_store(llm=slow, tier_override="full")
+    mem.record_turn("I am learning to play the banjo this summer", "fun")
+    start = time.monotonic()
+    assert mem.drain(timeout=0.1) is False
+    assert time.monotonic() - start < 0.5
+    assert mem.pending() >= 1
+    assert mem.drain(timeout=10) is True
+    assert mem.pending() == 0
+
+
+def test_embed_jobs_write_labelled_vectors(make_store: Any, embedder: Any) -> None:
+    mem = make_store(embedder=embedder)
+    mem.record_turn("The lighthouse keeper fed the gulls", "ok")
+    assert mem.drain(timeout=10)
+    stats = mem.stats()
+    assert stats["embedded_chunks"] == 1 and stats["embedding_model"] == "host"
+    assert stats["embedder"] == "ready"
+    with mem._db.read() as conn:
+        model, dim, seq = conn.execute(
+            "SELECT embedding_model, embedding_dim, embed_seq FROM chunks").fetchone()
+        assert (model, dim, seq) == ("host", embedder.dim, 1)
+        assert conn.execute("SELECT value FROM meta WHERE key='embedder.host.dim'"
+                            ).fetchone()[0] == str(embedder.dim)  # fmt: skip
+
+
+def test_close_drains_and_leaves_unfinished_jobs_ownerless(make_store: Any,
+                                                            store_path: Any) -> None:
+    # LITE with the opt-in holds extractions until session end, and drain does not release them.
+    mem = make_store(llm=lambda p, **k: "NONE", tier_override="lite", lite_llm_extraction=True)
+    mem.record_turn("I am learning to play the banjo this summer", "fun")
+    assert mem.pending() == 1  # held
+    mem.close()
+    with mem_db_rows(store_path) as rows:
+        assert rows == [(None, "held", "turn")]
+    # The next open closes the ownerless session as an orphan: the held job is released
+    # (phase session_end) and adopted; with no LLM at LITE it goes back to held.
+    with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True,
+                             tier_override="lite", lite_llm_extraction=True) as again:
+        again.drain(timeout=2)
+        with again._db.read() as conn:
+            rows = conn.execute(
+                "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'").fetchall()
+        assert rows == [(again._owner.pid, "held", "session_end")]
+
+
+@contextlib.contextmanager
+def mem_db_rows(path: Any) -> Iterator[list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(path)
+    try:
+        yield conn.execute("SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'").fetchall()
+    finally:
+        conn.close()
