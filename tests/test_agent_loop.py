@@ -339,10 +339,8 @@ def test_queued_jobs_survive_a_crash(store_path: Path) -> None:
     llm = ScriptedLLM({"extract": '{"facts": {"home_city": "Lisbon"}}'})
     with elastimem.Elastimem(str(store_path), llm=llm, tier_override="full",
                              disable_builtin_embedder=True) as mem:  # fmt: skip
-        # Adopted: the running job back in the queue, plus the orphan session's summary.
-        with mem._db.read() as conn:
-            extracts = conn.execute("SELECT state FROM jobs WHERE kind = 'extract'").fetchall()
-        assert extracts == [("queued",)] * 3
+        # Adopted: the running job went back to the queue, and the orphan session queued its
+        # summary; all of it runs here.
         assert mem.drain(timeout=10)
         assert sorted(llm.kinds()) == ["extract"] * 3 + ["summarise-session"]
         assert mem.facts()["home_city"] == "Lisbon"

@@ -245,3 +245,13 @@ def count_for_owner(conn: sqlite3.Connection, me: Owner, states: tuple[str, ...]
         (me.pid, me.host, *states),
     ).fetchone()
     return int(row[0])
+
+
+def count_runnable(conn: sqlite3.Connection, me: Owner) -> int:
+    """Running jobs, and queued jobs not waiting out a retry delay, owned by this process."""
+    row = conn.execute(
+        "SELECT count(*) FROM jobs WHERE owner_pid = ? AND owner_host = ? AND (state = 'running' "
+        "OR (state = 'queued' AND (not_before IS NULL OR not_before <= ?)))",
+        (me.pid, me.host, now_ts()),
+    ).fetchone()
+    return int(row[0])

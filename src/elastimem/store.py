@@ -623,7 +623,8 @@ class Elastimem:
         self._check_open()
         return self._drain(timeout)
 
-    def _drain(self, timeout: float) -> bool:
+    def _drain(self, timeout: float, *, runnable_only: bool = False) -> bool:
+        """Release batched extractions and wait; ``runnable_only`` skips jobs in retry back-off."""
         if self._governor.profile.extraction_cadence == Cadence.BATCHED:
             with self._db.atomic() as conn:
                 for session_id in jobs.sessions_with_held_extracts(conn, self._owner):
@@ -634,6 +635,8 @@ class Elastimem:
 
             def idle() -> bool:
                 with self._db.read() as conn:
+                    if runnable_only:
+                        return jobs.count_runnable(conn, self._owner) == 0
                     return jobs.count_for_owner(conn, self._owner, ("queued", "running")) == 0
 
             return self._worker.wait_for(idle, timeout)
@@ -724,7 +727,7 @@ class Elastimem:
         self._closing = True
         try:
             try:
-                self._drain(CLOSE_DRAIN_SECONDS)
+                self._drain(CLOSE_DRAIN_SECONDS, runnable_only=True)
             except Exception as exc:
                 logger.warning("draining before close failed: %s", exc)
             self._gate.closing = True
