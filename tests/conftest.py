@@ -82,8 +82,14 @@ class ScriptedLLM:
     """Routes on the prompt's ``TASK:`` line and records every call."""
 
     def __init__(self, replies: dict[str, Any] | None = None) -> None:
-        self.replies: dict[str, Any] = {"extract": "NONE", "condense": "", "summarise-session": "",
-                                        "merge": "", "same-entity": "no", "label": ""}
+        self.replies: dict[str, Any] = {
+            "extract": "NONE",
+            "condense": "",
+            "summarise-session": "",
+            "merge": "",
+            "same-entity": "no",
+            "label": "",
+        }
         self.replies.update(replies or {})
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.lock = threading.Lock()
@@ -100,8 +106,9 @@ class ScriptedLLM:
     def __call__(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
         task = self.task_of(prompt)
         with self.lock:
-            self.calls.append((task, prompt, {"max_tokens": max_tokens,
-                                              "temperature": temperature}))
+            self.calls.append(
+                (task, prompt, {"max_tokens": max_tokens, "temperature": temperature})
+            )
         reply = self.replies.get(task, "")
         if callable(reply):
             reply = reply(prompt)

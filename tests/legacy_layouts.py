@@ -54,29 +54,47 @@ T2 = "2024-06-01T08:00:00+00:00"
 
 
 def _rows_v1(conn: sqlite3.Connection) -> None:
-    conn.execute("INSERT INTO sessions VALUES (1, ?, ?, 'Moving day', NULL, NULL, 2, 'old')",
-                 (T0, T1))
-    conn.execute("INSERT INTO messages VALUES (1, 1, 1, 'user', 'We moved to Lisbon today', ?, 6)",
-                 (T0,))
-    conn.execute("INSERT INTO messages VALUES (2, 1, 1, 'assistant', 'Welcome to Lisbon!', ?, 4)",
-                 (T0,))
-    conn.execute("INSERT INTO chunks VALUES (1, 1, 1, 2, 'User: We moved to Lisbon today\n"
-                 "Assistant: Welcome to Lisbon!', ?, NULL, NULL, 0.5)", (T0,))
-    conn.execute("INSERT INTO facts VALUES (1, 'location', 'Porto', 'profile', 'rule', 0.7, ?, ?, "
-                 "?, 2, 0, NULL, 0)", (T0, T0, T1))
-    conn.execute("INSERT INTO facts VALUES (2, 'location', 'Lisbon', 'profile', 'rule', 0.7, ?, ?, "
-                 "NULL, NULL, 0, NULL, 0)", (T1, T1))
-    conn.execute("INSERT INTO lessons VALUES (1, 'Ask before deleting files', NULL, ?, 2, 0)", (T0,))
-    conn.execute("INSERT INTO quarantine VALUES (1, ?, 'user_said', 'hello', 'transcript key', "
-                 "'auto')", (T0,))
+    conn.execute(
+        "INSERT INTO sessions VALUES (1, ?, ?, 'Moving day', NULL, NULL, 2, 'old')", (T0, T1)
+    )
+    conn.execute(
+        "INSERT INTO messages VALUES (1, 1, 1, 'user', 'We moved to Lisbon today', ?, 6)", (T0,)
+    )
+    conn.execute(
+        "INSERT INTO messages VALUES (2, 1, 1, 'assistant', 'Welcome to Lisbon!', ?, 4)", (T0,)
+    )
+    conn.execute(
+        "INSERT INTO chunks VALUES (1, 1, 1, 2, 'User: We moved to Lisbon today\n"
+        "Assistant: Welcome to Lisbon!', ?, NULL, NULL, 0.5)",
+        (T0,),
+    )
+    conn.execute(
+        "INSERT INTO facts VALUES (1, 'location', 'Porto', 'profile', 'rule', 0.7, ?, ?, "
+        "?, 2, 0, NULL, 0)",
+        (T0, T0, T1),
+    )
+    conn.execute(
+        "INSERT INTO facts VALUES (2, 'location', 'Lisbon', 'profile', 'rule', 0.7, ?, ?, "
+        "NULL, NULL, 0, NULL, 0)",
+        (T1, T1),
+    )
+    conn.execute(
+        "INSERT INTO lessons VALUES (1, 'Ask before deleting files', NULL, ?, 2, 0)", (T0,)
+    )
+    conn.execute(
+        "INSERT INTO quarantine VALUES (1, ?, 'user_said', 'hello', 'transcript key', 'auto')",
+        (T0,),
+    )
     conn.execute("INSERT INTO meta VALUES ('created_at', ?)", (T0,))
 
 
 def _rows_v2(conn: sqlite3.Connection) -> None:
-    conn.execute("INSERT INTO graph_nodes VALUES (1, 'place', 'lisbon', '[]', ?, ?, 0.5, 0.7, 1)",
-                 (T1, T1))
-    conn.execute("INSERT INTO graph_nodes VALUES (2, 'entity', 'user', '[]', ?, ?, 0.5, 0.7, 3)",
-                 (T1, T1))
+    conn.execute(
+        "INSERT INTO graph_nodes VALUES (1, 'place', 'lisbon', '[]', ?, ?, 0.5, 0.7, 1)", (T1, T1)
+    )
+    conn.execute(
+        "INSERT INTO graph_nodes VALUES (2, 'entity', 'user', '[]', ?, ?, 0.5, 0.7, 3)", (T1, T1)
+    )
     conn.execute("INSERT INTO graph_edges VALUES (1, 2, 1, 'lives_in', 0.7, ?, ?, 1)", (T1, T2))
 
 

@@ -41,8 +41,10 @@ def test_lite_without_opt_in_makes_zero_llm_calls(make_store: Any, llm: Scripted
     mem = make_store(llm=llm, tier_override="lite", idle_consolidate_seconds=0.05)
     run_session(mem)
     with mem._db.atomic() as conn:  # force a sweep
-        conn.execute("INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5') "
-                     "ON CONFLICT(key) DO UPDATE SET value = '5'")  # fmt: skip
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5') "
+            "ON CONFLICT(key) DO UPDATE SET value = '5'"
+        )
     time.sleep(0.3)
     mem.drain(timeout=10)
     assert llm.calls == []
@@ -50,7 +52,9 @@ def test_lite_without_opt_in_makes_zero_llm_calls(make_store: Any, llm: Scripted
     assert mem.resume_session()[0]  # the extractive digest was still written
 
 
-def test_lite_with_opt_in_extracts_only_after_end_session(make_store: Any, llm: ScriptedLLM) -> None:
+def test_lite_with_opt_in_extracts_only_after_end_session(
+    make_store: Any, llm: ScriptedLLM
+) -> None:
     llm.replies["extract"] = EXTRACTION
     mem = make_store(llm=llm, tier_override="lite", lite_llm_extraction=True)
     mem.begin_session()
@@ -83,8 +87,9 @@ def test_standard_batches_extraction_and_summarises(make_store: Any, llm: Script
     assert max_tokens == 2 * mem.config.worker_max_tokens and llm.calls[0][2]["temperature"] == 0.0
 
 
-def test_full_extracts_every_turn_and_raises_chunk_importance(make_store: Any,
-                                                              llm: ScriptedLLM) -> None:
+def test_full_extracts_every_turn_and_raises_chunk_importance(
+    make_store: Any, llm: ScriptedLLM
+) -> None:
     llm.replies["extract"] = EXTRACTION
     mem = make_store(llm=llm, tier_override="full")
     mem.record_turn(LONG, "ok")
@@ -103,13 +108,21 @@ def test_full_extracts_every_turn_and_raises_chunk_importance(make_store: Any,
 @pytest.mark.parametrize(
     "reply",
     [
-        "", "NONE", "none at all", "garbage { not json", "```json\n{\"facts\": {\"pet\": \"dog\"},}\n```",
-        "Sure! {'facts': {'pet': 'dog'}} hope that helps", '{"facts": {"pet": true, "n": null}}',
+        "",
+        "NONE",
+        "none at all",
+        "garbage { not json",
+        '```json\n{"facts": {"pet": "dog"},}\n```',
+        "Sure! {'facts': {'pet': 'dog'}} hope that helps",
+        '{"facts": {"pet": true, "n": null}}',
         '{"facts": {"user_said": "hi", "name": "unknown", "bio": "I am an AI assistant"}}',
-        '{"facts": {"pet": "' + "x" * 300 + '"}}', "[" * 10000, '{"facts": [1, 2, 3]}',
-        '{"pet": "dog"} {"facts": {"pet": "cat"}}', "\x00\ud800",
+        '{"facts": {"pet": "' + "x" * 300 + '"}}',
+        "[" * 10000,
+        '{"facts": [1, 2, 3]}',
+        '{"pet": "dog"} {"facts": {"pet": "cat"}}',
+        "\x00\ud800",
     ],
-)  # fmt: skip
+)
 def test_malformed_extraction_never_crashes_or_stores_junk(make_store: Any, reply: str) -> None:
     llm = ScriptedLLM({"extract": reply})
     mem = make_store(llm=llm, tier_override="full")
@@ -201,7 +214,9 @@ def test_rolling_summary_llm_mode_replaces_the_extractive_digest(make_store: Any
     assert "painted" not in plan.render()  # the digest is never rendered
 
 
-def test_extractive_digest_trims_oldest_and_survives_reopen(make_store: Any, store_path: Path) -> None:
+def test_extractive_digest_trims_oldest_and_survives_reopen(
+    make_store: Any, store_path: Path
+) -> None:
     mem = make_store(tier_override="lite", context_tokens=2048)
     mem.record_turn("a turn so the session has messages", "ok")
     budget = mem.profile.budgets.sessions
@@ -242,9 +257,12 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     mem.remember("home_city", "Porto", source="auto")
     mem.remember("home_city", "Lisbon", source="auto")
     with mem._db.atomic() as conn:
-        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+        conn.execute(
+            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+            "'2024-01-01T00:00:00.000000Z')",
+            (mem._owner.pid, mem._owner.host),
+        )
     mem.drain(timeout=10)
     history = mem.fact_history("home_city")
     assert [f.value for f in history] == ["Porto", "Lisbon", "Lisbon and Porto"]
@@ -257,9 +275,12 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     # supersession (source merge) is not reviewed.
     end = mem.end_session  # noqa: F841 - nothing open; queue a consolidate directly
     with mem._db.atomic() as conn:
-        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+        conn.execute(
+            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+            "'2024-01-01T00:00:00.000000Z')",
+            (mem._owner.pid, mem._owner.host),
+        )
     mem.drain(timeout=10)
     assert llm.kinds() == ["merge"]
 
@@ -275,8 +296,12 @@ def test_idle_sweeps_of_an_unchanged_store_make_no_llm_calls(make_store: Any) ->
         mem._worker.signal()
     assert llm.kinds() == ["merge"]
     with mem._db.read() as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key='writes_since_consolidation'"
-                            ).fetchone()[0] == "0"  # fmt: skip
+        assert (
+            conn.execute(
+                "SELECT value FROM meta WHERE key='writes_since_consolidation'"
+            ).fetchone()[0]
+            == "0"
+        )
     time.sleep(0.5)
     mem._worker.signal()
     time.sleep(0.3)
@@ -289,9 +314,12 @@ def test_unused_auto_fact_is_archived_at_the_horizon(make_store: Any) -> None:
     mem.remember("snack_new", "nuts", source="auto")
     mem.remember("drink", "tea", source="explicit", at="2000-01-01")  # never decays
     with mem._db.atomic() as conn:
-        conn.execute("INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-                     "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-                     "'2024-01-01T00:00:00.000000Z')", (mem._owner.pid, mem._owner.host))  # fmt: skip
+        conn.execute(
+            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
+            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
+            "'2024-01-01T00:00:00.000000Z')",
+            (mem._owner.pid, mem._owner.host),
+        )
     mem.drain(timeout=10)
     assert set(mem.facts()) == {"snack_new", "drink"}
     assert mem.stats()["archived_facts"] == 1
@@ -333,12 +361,14 @@ CRASHER = textwrap.dedent(
 
 
 def test_queued_jobs_survive_a_crash(store_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", CRASHER, str(store_path)], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", CRASHER, str(store_path)], capture_output=True, text=True, timeout=60
+    )
     assert "queued" in out.stdout, out.stderr
     llm = ScriptedLLM({"extract": '{"facts": {"home_city": "Lisbon"}}'})
-    with elastimem.Elastimem(str(store_path), llm=llm, tier_override="full",
-                             disable_builtin_embedder=True) as mem:  # fmt: skip
+    with elastimem.Elastimem(
+        str(store_path), llm=llm, tier_override="full", disable_builtin_embedder=True
+    ) as mem:
         # Adopted: the running job went back to the queue, and the orphan session queued its
         # summary; all of it runs here.
         assert mem.drain(timeout=10)
@@ -348,8 +378,9 @@ def test_queued_jobs_survive_a_crash(store_path: Path) -> None:
 
 def test_tier_change_callback(make_store: Any) -> None:
     seen: list[tuple[Tier, Tier]] = []
-    mem = make_store(probe_fn=lambda: (32 * 2**30, 20 * 2**30), on_tier_change=lambda o, n:
-                     seen.append((o, n)))  # fmt: skip
+    mem = make_store(
+        probe_fn=lambda: (32 * 2**30, 20 * 2**30), on_tier_change=lambda o, n: seen.append((o, n))
+    )
     assert mem.profile.tier == Tier.FULL
     mem.report_pressure()
     assert mem.profile.tier == Tier.STANDARD and seen == [(Tier.FULL, Tier.STANDARD)]

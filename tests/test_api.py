@@ -16,13 +16,36 @@ from elastimem import ClosedError, ConfigError, ElastimemConfig
 def test_all_is_sorted_and_complete() -> None:
     assert elastimem.__all__ == sorted(elastimem.__all__)
     expected = {
-        "open", "open_user", "Elastimem", "ElastimemConfig", "MemoryProfile", "Budgets", "Tier",
-        "Cadence", "ConsolidationLevel", "RollingSummaryMode", "Fact", "Hit", "ContextPlan",
-        "ExplainResult", "ChunkScoreBreakdown", "FactScoreBreakdown", "GraphTraversalStep",
-        "TimelineResult", "ElastimemError", "ConfigError", "StoreError", "StoreLockedError",
-        "SchemaTooNewError", "ClosedError", "ImportFormatError", "LLMError", "EmbedderError",
-        "__version__", "llms",
-    }  # fmt: skip
+        "open",
+        "open_user",
+        "Elastimem",
+        "ElastimemConfig",
+        "MemoryProfile",
+        "Budgets",
+        "Tier",
+        "Cadence",
+        "ConsolidationLevel",
+        "RollingSummaryMode",
+        "Fact",
+        "Hit",
+        "ContextPlan",
+        "ExplainResult",
+        "ChunkScoreBreakdown",
+        "FactScoreBreakdown",
+        "GraphTraversalStep",
+        "TimelineResult",
+        "ElastimemError",
+        "ConfigError",
+        "StoreError",
+        "StoreLockedError",
+        "SchemaTooNewError",
+        "ClosedError",
+        "ImportFormatError",
+        "LLMError",
+        "EmbedderError",
+        "__version__",
+        "llms",
+    }
     assert set(elastimem.__all__) == expected
     for name in elastimem.__all__:
         assert hasattr(elastimem, name), name
@@ -72,13 +95,21 @@ def test_unknown_option_suggests_the_closest(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("context_tokens", 1000), ("context_tokens", "4096"), ("output_reserve", -1),
-        ("working_share", 1.0), ("memory_split", {"facts": 1.0}), ("vector_backend", "faiss"),
-        ("tier_override", "turbo"), ("fact_archive_threshold", 1.0), ("chunk_target_tokens", 8),
+        ("context_tokens", 1000),
+        ("context_tokens", "4096"),
+        ("output_reserve", -1),
+        ("working_share", 1.0),
+        ("memory_split", {"facts": 1.0}),
+        ("vector_backend", "faiss"),
+        ("tier_override", "turbo"),
+        ("fact_archive_threshold", 1.0),
+        ("chunk_target_tokens", 8),
         ("tier_thresholds_gib", {"full": (4, 1), "standard": (8, 2.5)}),
-        ("disable_builtin_embedder", "yes"), ("max_lessons", 0), ("ann_min_rows", 0),
+        ("disable_builtin_embedder", "yes"),
+        ("max_lessons", 0),
+        ("ann_min_rows", 0),
     ],
-)  # fmt: skip
+)
 def test_invalid_config_names_field_and_value(name: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=name):
         ElastimemConfig(**{name: value})
@@ -110,8 +141,9 @@ def test_alias_conflicts_raise(tmp_path: Path) -> None:
         elastimem.Elastimem(str(tmp_path / "a.db"), llm=one, complete_fn=two)
     with pytest.raises(ConfigError, match="alias"):
         elastimem.Elastimem(str(tmp_path / "a.db"), embedder=one, embed_fn=two)
-    with elastimem.Elastimem(str(tmp_path / "a.db"), llm=one, complete_fn=one,
-                             disable_builtin_embedder=True) as mem:  # fmt: skip
+    with elastimem.Elastimem(
+        str(tmp_path / "a.db"), llm=one, complete_fn=one, disable_builtin_embedder=True
+    ) as mem:
         assert mem.complete_fn is one
 
 
@@ -145,8 +177,7 @@ def test_inline_overrides_replace_config_fields(make_store: Any) -> None:
 
 def test_construction_never_calls_the_llm_or_loads_a_model(tmp_path: Path) -> None:
     calls: list[str] = []
-    mem = elastimem.Elastimem(str(tmp_path / "a.db"),
-                              llm=lambda p, **k: calls.append(p) or "")  # fmt: skip
+    mem = elastimem.Elastimem(str(tmp_path / "a.db"), llm=lambda p, **k: calls.append(p) or "")
     try:
         assert mem.stats()["embedder"] == "not_loaded"
     finally:
@@ -159,19 +190,38 @@ def test_every_method_raises_closed_error_after_close(make_store: Any) -> None:
     mem.close()
     mem.close()  # idempotent
     calls = [
-        lambda: mem.tick(), lambda: mem.report_pressure(), lambda: mem.reconfigure(),
-        lambda: mem.build_context("x"), lambda: mem.begin_session(),
-        lambda: mem.record_turn("a", "b"), lambda: mem.foreground_begin(),
-        lambda: mem.foreground_end(), lambda: mem.report_evictions([("a", "b")]),
-        lambda: mem.drain(), lambda: mem.pending(), lambda: mem.warm_up(),
-        lambda: mem.recall("x"), lambda: mem.explain("x"), lambda: mem.sessions(),
-        lambda: mem.resume_session(), lambda: mem.end_session(), lambda: mem.remember("a", "b"),
-        lambda: mem.facts(), lambda: mem.fact_history("a"), lambda: mem.timeline("a"),
-        lambda: mem.clusters(), lambda: mem.forget("a"), lambda: mem.erase(key="a"),
-        lambda: mem.add_lesson("x"), lambda: mem.lessons(), lambda: mem.quarantine_entries(),
-        lambda: mem.stats(), lambda: mem.export("x"), lambda: mem.import_("x"),
+        lambda: mem.tick(),
+        lambda: mem.report_pressure(),
+        lambda: mem.reconfigure(),
+        lambda: mem.build_context("x"),
+        lambda: mem.begin_session(),
+        lambda: mem.record_turn("a", "b"),
+        lambda: mem.foreground_begin(),
+        lambda: mem.foreground_end(),
+        lambda: mem.report_evictions([("a", "b")]),
+        lambda: mem.drain(),
+        lambda: mem.pending(),
+        lambda: mem.warm_up(),
+        lambda: mem.recall("x"),
+        lambda: mem.explain("x"),
+        lambda: mem.sessions(),
+        lambda: mem.resume_session(),
+        lambda: mem.end_session(),
+        lambda: mem.remember("a", "b"),
+        lambda: mem.facts(),
+        lambda: mem.fact_history("a"),
+        lambda: mem.timeline("a"),
+        lambda: mem.clusters(),
+        lambda: mem.forget("a"),
+        lambda: mem.erase(key="a"),
+        lambda: mem.add_lesson("x"),
+        lambda: mem.lessons(),
+        lambda: mem.quarantine_entries(),
+        lambda: mem.stats(),
+        lambda: mem.export("x"),
+        lambda: mem.import_("x"),
         lambda: mem.reindex(),
-    ]  # fmt: skip
+    ]
     for call in calls:
         with pytest.raises(ClosedError):
             call()
@@ -181,11 +231,31 @@ def test_every_method_raises_closed_error_after_close(make_store: Any) -> None:
 
 def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
     expected = {
-        "path", "db_bytes", "fts_enabled", "schema_version", "tier", "facts", "fact_versions",
-        "archived_facts", "sessions", "open_sessions", "messages", "chunks", "embedded_chunks",
-        "stale_embeddings", "embedder", "embedding_model", "vector_backend", "lessons",
-        "quarantine", "graph_nodes", "graph_edges", "jobs_pending", "jobs_failed", "llm_calls",
-    }  # fmt: skip
+        "path",
+        "db_bytes",
+        "fts_enabled",
+        "schema_version",
+        "tier",
+        "facts",
+        "fact_versions",
+        "archived_facts",
+        "sessions",
+        "open_sessions",
+        "messages",
+        "chunks",
+        "embedded_chunks",
+        "stale_embeddings",
+        "embedder",
+        "embedding_model",
+        "vector_backend",
+        "lessons",
+        "quarantine",
+        "graph_nodes",
+        "graph_edges",
+        "jobs_pending",
+        "jobs_failed",
+        "llm_calls",
+    }
     stats = mem.stats()
     assert expected <= set(stats)
     assert stats["embedder"] == "none" and stats["db_bytes"] > 0 and stats["graph_nodes"] == 0

@@ -12,9 +12,13 @@ import elastimem
 from elastimem import assembly
 from elastimem.assembly import fit_lines
 
-HEADINGS = ["WHAT YOU KNOW ABOUT THE USER", "RELATED TOPICS",
-            "RELEVANT PAST MOMENTS (from earlier conversations)", "PREVIOUS SESSIONS",
-            "LESSONS FROM PAST MISTAKES"]  # fmt: skip
+HEADINGS = [
+    "WHAT YOU KNOW ABOUT THE USER",
+    "RELATED TOPICS",
+    "RELEVANT PAST MOMENTS (from earlier conversations)",
+    "PREVIOUS SESSIONS",
+    "LESSONS FROM PAST MISTAKES",
+]
 
 
 def est(text: str) -> int:
@@ -30,11 +34,18 @@ def test_plan_shape_and_render(mem: elastimem.Elastimem) -> None:
     mem.add_lesson("Double-check trail closures")
     mem.begin_session()
     plan = mem.build_context("planning another tent hike")
-    assert list(plan.sections) == ["user_facts", "graph_context", "relevant_past_moments",
-                                   "previous_sessions", "lessons"]  # fmt: skip
+    assert list(plan.sections) == [
+        "user_facts",
+        "graph_context",
+        "relevant_past_moments",
+        "previous_sessions",
+        "lessons",
+    ]
     assert plan.sections["user_facts"].split("\n") == ["- name: Ada", "- tent_brand: Hilleberg"]
     assert plan.sections["relevant_past_moments"].startswith("- [2024-05-01] User: We hiked")
-    assert plan.sections["previous_sessions"] == "- [2024-05-01] We hiked the Dolomites with our tent"
+    assert (
+        plan.sections["previous_sessions"] == "- [2024-05-01] We hiked the Dolomites with our tent"
+    )
     assert plan.sections["lessons"] == "- Double-check trail closures"
     rendered = plan.render()
     assert rendered.startswith("WHAT YOU KNOW ABOUT THE USER\n- name: Ada")
@@ -144,8 +155,11 @@ def test_previous_sessions_are_the_five_newest_oldest_first(mem: elastimem.Elast
 LEVELS = st.sampled_from(["lite", "standard", "full"])
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     context_tokens=st.integers(1024, 16384),
     static=st.integers(0, 3000),
@@ -153,13 +167,19 @@ LEVELS = st.sampled_from(["lite", "standard", "full"])
     fact_sizes=st.lists(st.integers(1, 600), max_size=8),
     chunk_sizes=st.lists(st.integers(1, 3000), max_size=6),
     lesson_sizes=st.lists(st.integers(1, 300), max_size=4),
-)  # fmt: skip
+)
 def test_no_section_ever_exceeds_its_budget(
-    make_store: Any, context_tokens: int, static: int, tier: str, fact_sizes: list[int],
-    chunk_sizes: list[int], lesson_sizes: list[int],
-) -> None:  # fmt: skip
-    mem = make_store(":memory:", context_tokens=context_tokens, static_prompt_tokens=static,
-                     tier_override=tier)  # fmt: skip
+    make_store: Any,
+    context_tokens: int,
+    static: int,
+    tier: str,
+    fact_sizes: list[int],
+    chunk_sizes: list[int],
+    lesson_sizes: list[int],
+) -> None:
+    mem = make_store(
+        ":memory:", context_tokens=context_tokens, static_prompt_tokens=static, tier_override=tier
+    )
     for i, size in enumerate(fact_sizes):
         mem.remember(f"note_{i}", ("zebra " * size)[:size])
     for i, size in enumerate(chunk_sizes):

@@ -41,9 +41,16 @@ def test_numbers_are_stored_as_text_and_sources_set_importance(mem: elastimem.El
     mem.remember("height_m", 1.82, source="import")
     mem.remember("hobby", "chess", source="auto")
     mem.remember("team", "Benfica", source="rule")
-    facts = {f.key: f for f in (mem.fact_history(k)[0] for k in ("age", "height_m", "hobby", "team"))}
+    facts = {
+        f.key: f for f in (mem.fact_history(k)[0] for k in ("age", "height_m", "hobby", "team"))
+    }
     assert facts["age"].value == "41" and facts["height_m"].value == "1.82"
-    assert [facts[k].importance for k in ("age", "height_m", "team", "hobby")] == [1.0, 0.8, 0.7, 0.5]
+    assert [facts[k].importance for k in ("age", "height_m", "team", "hobby")] == [
+        1.0,
+        0.8,
+        0.7,
+        0.5,
+    ]
 
 
 def test_facts_order_profile_first_then_importance(mem: elastimem.Elastimem) -> None:
@@ -56,7 +63,10 @@ def test_facts_order_profile_first_then_importance(mem: elastimem.Elastimem) -> 
 
 def test_older_backdated_value_does_not_replace_a_newer_one(mem: elastimem.Elastimem) -> None:
     mem.remember("employer", "Acme", at="2025-01-01")
-    assert mem.remember("employer", "Initech", at="2024-01-01") == (False, "older than current value")
+    assert mem.remember("employer", "Initech", at="2024-01-01") == (
+        False,
+        "older than current value",
+    )
     assert mem.facts() == {"employer": "Acme"}
 
 
@@ -69,9 +79,13 @@ def test_short_auto_value_keeps_the_existing_one(mem: elastimem.Elastimem) -> No
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("allergies", "none"), ("favorite_model", "I run on a laptop as an AI assistant"),
-     ("user_message", "hello"), ("xkcdqzt", "v")],
-)  # fmt: skip
+    [
+        ("allergies", "none"),
+        ("favorite_model", "I run on a laptop as an AI assistant"),
+        ("user_message", "hello"),
+        ("xkcdqzt", "v"),
+    ],
+)
 def test_explicit_placeholder_and_self_referential_values_are_stored(
     mem: elastimem.Elastimem, key: str, value: str
 ) -> None:
@@ -81,10 +95,16 @@ def test_explicit_placeholder_and_self_referential_values_are_stored(
 
 @pytest.mark.parametrize(
     ("key", "value", "reason"),
-    [("allergies", "none", "placeholder"), ("bio", "I am an AI assistant", "self-referential"),
-     ("user_message", "hello", "transcript"), ("xkcdqzt", "v", "gibberish"),
-     ("what_user_said", "hi", "transcript"), ("", "x", "empty"), ("k", "x" * 501, "too long")],
-)  # fmt: skip
+    [
+        ("allergies", "none", "placeholder"),
+        ("bio", "I am an AI assistant", "self-referential"),
+        ("user_message", "hello", "transcript"),
+        ("xkcdqzt", "v", "gibberish"),
+        ("what_user_said", "hi", "transcript"),
+        ("", "x", "empty"),
+        ("k", "x" * 501, "too long"),
+    ],
+)
 def test_auto_writes_that_fail_a_guard_are_quarantined(
     mem: elastimem.Elastimem, key: str, value: str, reason: str
 ) -> None:
@@ -95,8 +115,9 @@ def test_auto_writes_that_fail_a_guard_are_quarantined(
     assert mem.facts() == {}
 
 
-@pytest.mark.parametrize("key", ["response_time", "user_interface_pref", "html", "sync", "mysql",
-                                 "rhythm", "myth"])  # fmt: skip
+@pytest.mark.parametrize(
+    "key", ["response_time", "user_interface_pref", "html", "sync", "mysql", "rhythm", "myth"]
+)
 def test_auto_key_checks_accept_real_words(mem: elastimem.Elastimem, key: str) -> None:
     assert mem.remember(key, "value", source="auto")[0]
 
@@ -185,8 +206,12 @@ def test_lessons_dedupe_cap_and_order(make_store: Any) -> None:
     assert mem.lessons(10) == ["Cite sources", "Be brief", "Check the date"]
     assert mem.lessons() == ["Be brief", "Check the date"]  # top 2 by use_count then recency
     with mem._db.read() as conn:
-        assert conn.execute("SELECT use_count FROM lessons WHERE text = 'Check the date'"
-                            ).fetchone()[0] == 2  # fmt: skip
+        assert (
+            conn.execute("SELECT use_count FROM lessons WHERE text = 'Check the date'").fetchone()[
+                0
+            ]
+            == 2
+        )
 
 
 CONCURRENT_WRITER = textwrap.dedent(
@@ -202,8 +227,14 @@ CONCURRENT_WRITER = textwrap.dedent(
 
 def test_one_live_version_even_with_two_writing_processes(store_path: Path) -> None:
     elastimem.Elastimem(str(store_path), disable_builtin_embedder=True).close()
-    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_WRITER, str(store_path), name],
-                              stderr=subprocess.PIPE, text=True) for name in ("a", "b")]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT_WRITER, str(store_path), name],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

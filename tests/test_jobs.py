@@ -20,14 +20,16 @@ def test_retries_then_failed_keeps_last_error(mem: elastimem.Elastimem) -> None:
         claimed = jobs.claim(conn, owner, frozenset())
         assert claimed is not None and claimed.id == job_id
         assert jobs.fail(conn, job_id, "first") is False
-        row = conn.execute("SELECT state, attempts, not_before FROM jobs WHERE id=?",
-                           (job_id,)).fetchone()  # fmt: skip
+        row = conn.execute(
+            "SELECT state, attempts, not_before FROM jobs WHERE id=?", (job_id,)
+        ).fetchone()
         assert row[0] == "queued" and row[1] == 1 and row[2] is not None
         assert jobs.claim(conn, owner, frozenset()) is None  # not before its retry time
         assert jobs.fail(conn, job_id, "second") is False
         assert jobs.fail(conn, job_id, "third") is True
-        state, error = conn.execute("SELECT state, last_error FROM jobs WHERE id=?",
-                                    (job_id,)).fetchone()  # fmt: skip
+        state, error = conn.execute(
+            "SELECT state, last_error FROM jobs WHERE id=?", (job_id,)
+        ).fetchone()
     assert (state, error) == ("failed", "third")
     assert mem.stats()["jobs_failed"] == 1
 
@@ -44,8 +46,7 @@ def test_claim_order_and_ownership(mem: elastimem.Elastimem) -> None:
         second = jobs.claim(conn, me, frozenset({"consolidate"}))
         third = jobs.claim(conn, me, frozenset())
         assert jobs.claim(conn, me, frozenset()) is None  # the foreign job is not ours
-        conn.execute("UPDATE jobs SET owner_pid = NULL, owner_host = NULL WHERE id = ?",
-                     (foreign,))  # fmt: skip
+        conn.execute("UPDATE jobs SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (foreign,))
         assert jobs.claim(conn, me, frozenset()).id == foreign  # type: ignore[union-attr]
         conn.execute("DELETE FROM jobs")  # claimed by hand: nothing would ever finish them
     assert (first.kind, second, third.kind) == ("extract", None, "consolidate")  # type: ignore[union-attr]
@@ -56,11 +57,15 @@ def test_expired_leases_and_dead_owners_are_recovered(mem: elastimem.Elastimem) 
     with mem._db.atomic() as conn:
         conn.execute("DELETE FROM jobs")
         stale = jobs.enqueue(conn, "embed", Owner(999_999, me.host))  # a dead pid here
-        conn.execute("UPDATE jobs SET state='running', lease_until='2000-01-01T00:00:00.000000Z' "
-                     "WHERE id = ?", (stale,))  # fmt: skip
+        conn.execute(
+            "UPDATE jobs SET state='running', lease_until='2000-01-01T00:00:00.000000Z' "
+            "WHERE id = ?",
+            (stale,),
+        )
         silent = jobs.enqueue(conn, "link", Owner(5, "far-away"))
-        conn.execute("UPDATE jobs SET updated_at='2000-01-01T00:00:00.000000Z' WHERE id = ?",
-                     (silent,))  # fmt: skip
+        conn.execute(
+            "UPDATE jobs SET updated_at='2000-01-01T00:00:00.000000Z' WHERE id = ?", (silent,)
+        )
         alive = jobs.enqueue(conn, "link", Owner(5, "far-away"))
         requeued, adopted = jobs.recover(conn, me)
         rows = dict(conn.execute("SELECT id, owner_host || ':' || state FROM jobs").fetchall())
@@ -93,14 +98,17 @@ def test_embed_jobs_write_labelled_vectors(make_store: Any, embedder: Any) -> No
     assert stats["embedder"] == "ready"
     with mem._db.read() as conn:
         model, dim, seq = conn.execute(
-            "SELECT embedding_model, embedding_dim, embed_seq FROM chunks").fetchone()
+            "SELECT embedding_model, embedding_dim, embed_seq FROM chunks"
+        ).fetchone()
         assert (model, dim, seq) == ("host", embedder.dim, 1)
-        assert conn.execute("SELECT value FROM meta WHERE key='embedder.host.dim'"
-                            ).fetchone()[0] == str(embedder.dim)  # fmt: skip
+        assert conn.execute("SELECT value FROM meta WHERE key='embedder.host.dim'").fetchone()[
+            0
+        ] == str(embedder.dim)
 
 
-def test_close_drains_and_leaves_unfinished_jobs_ownerless(make_store: Any,
-                                                            store_path: Any) -> None:
+def test_close_drains_and_leaves_unfinished_jobs_ownerless(
+    make_store: Any, store_path: Any
+) -> None:
     # LITE with the opt-in holds extractions until session end, and drain does not release them.
     mem = make_store(llm=lambda p, **k: "NONE", tier_override="lite", lite_llm_extraction=True)
     mem.record_turn("I am learning to play the banjo this summer", "fun")
@@ -110,12 +118,17 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(make_store: Any,
         assert rows == [(None, "held", "turn")]
     # The next open closes the ownerless session as an orphan: the held job is released
     # (phase session_end) and adopted; with no LLM at LITE it goes back to held.
-    with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True,
-                             tier_override="lite", lite_llm_extraction=True) as again:
+    with elastimem.Elastimem(
+        str(store_path),
+        disable_builtin_embedder=True,
+        tier_override="lite",
+        lite_llm_extraction=True,
+    ) as again:
         again.drain(timeout=2)
         with again._db.read() as conn:
             rows = conn.execute(
-                "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'").fetchall()
+                "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
+            ).fetchall()
         assert rows == [(again._owner.pid, "held", "session_end")]
 
 
@@ -123,6 +136,8 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(make_store: Any,
 def mem_db_rows(path: Any) -> Iterator[list[tuple[Any, ...]]]:
     conn = sqlite3.connect(path)
     try:
-        yield conn.execute("SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'").fetchall()
+        yield conn.execute(
+            "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
+        ).fetchall()
     finally:
         conn.close()

@@ -107,11 +107,39 @@ def test_like_fallback_ranks_by_terms_matched(
 
 
 HOSTILE = [
-    '"', "'", '""', "*", "-", ":", "AND", "OR", "NOT", "NEAR", "NEAR(a b)", "a AND b OR NOT c",
-    "col:value", "^start", "{a b}", "(((", ")", "\\", "\x00\x00", "\ud800", "💥" * 50,
-    "'; DROP TABLE chunks; --", "SELECT * FROM facts", "x" * 1_000_000, "é" * 10_000,
-    "cello*", '"cello"', "-cello", "cello NEAR rust", "%", "_", "%_%",
-]  # fmt: skip
+    '"',
+    "'",
+    '""',
+    "*",
+    "-",
+    ":",
+    "AND",
+    "OR",
+    "NOT",
+    "NEAR",
+    "NEAR(a b)",
+    "a AND b OR NOT c",
+    "col:value",
+    "^start",
+    "{a b}",
+    "(((",
+    ")",
+    "\\",
+    "\x00\x00",
+    "\ud800",
+    "💥" * 50,
+    "'; DROP TABLE chunks; --",
+    "SELECT * FROM facts",
+    "x" * 1_000_000,
+    "é" * 10_000,
+    "cello*",
+    '"cello"',
+    "-cello",
+    "cello NEAR rust",
+    "%",
+    "_",
+    "%_%",
+]
 
 
 @pytest.mark.parametrize("query", HOSTILE)
@@ -122,7 +150,9 @@ def test_hostile_queries_never_raise(seeded: elastimem.Elastimem, query: str) ->
     assert seeded.stats()["chunks"] == 4
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(query=st.text(max_size=200))
 def test_any_string_is_a_safe_query(seeded: elastimem.Elastimem, query: str) -> None:
     hits = seeded.recall(query)

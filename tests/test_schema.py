@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem import db, migrations
+from elastimem import migrations
 from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
 from tests.legacy_layouts import create_legacy_store
@@ -118,8 +118,9 @@ def test_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
-def test_a_failing_step_rolls_back_and_names_the_step(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_step_rolls_back_and_names_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = create_legacy_store(tmp_path / "v3.db", 3)
 
     def broken(conn: sqlite3.Connection) -> None:
@@ -133,7 +134,9 @@ def test_a_failing_step_rolls_back_and_names_the_step(tmp_path: Path,
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "half_done" not in names
-        assert conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        assert (
+            conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "3"
+        )
     finally:
         conn.close()
 
@@ -146,13 +149,18 @@ def test_every_written_timestamp_is_canonical(make_store, llm) -> None:  # type:
     mem.end_session()
     mem.drain()
     with mem._db.read() as conn:
-        tables = [r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE '%fts%'")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE '%fts%'"
+            )
+        ]
         for table in tables:
             columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
             for column in columns:
                 if column not in migrations.TIMESTAMP_COLUMNS:
                     continue
-                for (value,) in conn.execute(f'SELECT "{column}" FROM "{table}" '
-                                             f'WHERE "{column}" IS NOT NULL'):
+                for (value,) in conn.execute(
+                    f'SELECT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL'
+                ):
                     assert TIMESTAMP_PATTERN.match(value), (table, column, value)

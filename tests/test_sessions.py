@@ -32,8 +32,12 @@ def test_record_turn_opens_a_session_lazily_and_counts(mem: elastimem.Elastimem)
     sid = mem.session_id
     assert sid is not None
     rows = messages(mem)
-    assert [(r[1], r[2]) for r in rows] == [(1, "user"), (1, "assistant"), (2, "assistant"),
-                                            (3, "user")]  # fmt: skip
+    assert [(r[1], r[2]) for r in rows] == [
+        (1, "user"),
+        (1, "assistant"),
+        (2, "assistant"),
+        (3, "user"),
+    ]
     assert rows[0][3] == "  Hello   there,\n how are you?  "  # stored exactly as given
     info = mem.sessions()[0]
     assert info["message_count"] == 4 and info["ended_at"] is None
@@ -59,7 +63,7 @@ def test_long_exchanges_are_chunked_at_the_target(make_store: Any) -> None:
         chunks = conn.execute("SELECT text, first_msg_id, last_msg_id FROM chunks").fetchall()
     assert len(chunks) > 5
     assert all(len(text) // 4 <= 40 for text, _, _ in chunks)
-    assert {(f, l) for _, f, l in chunks} == {(1, 2)}
+    assert {(first, last) for _, first, last in chunks} == {(1, 2)}
     joined = " ".join(text for text, _, _ in chunks)
     assert "topic 39" in joined and "Short answer." in joined
 
@@ -92,8 +96,9 @@ def test_backdated_sessions_keep_their_times(mem: elastimem.Elastimem) -> None:
     assert hit.date == "2024-01-05"
 
 
-def test_unreadable_at_in_record_turn_uses_now(mem: elastimem.Elastimem,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_unreadable_at_in_record_turn_uses_now(
+    mem: elastimem.Elastimem, caplog: pytest.LogCaptureFixture
+) -> None:
     mem.record_turn("hello", "hi", at="someday")
     created = messages(mem)[0][4]
     assert TIMESTAMP_PATTERN.match(created) and created.startswith("20")
@@ -120,8 +125,11 @@ def test_sessions_are_newest_first(mem: elastimem.Elastimem) -> None:
         mem.begin_session(at=day)
         mem.record_turn(f"talk on {day}", "ok", at=day)
     mem.end_session()
-    assert [s["started_at"][:10] for s in mem.sessions()] == ["2024-03-01", "2024-02-01",
-                                                              "2024-01-01"]  # fmt: skip
+    assert [s["started_at"][:10] for s in mem.sessions()] == [
+        "2024-03-01",
+        "2024-02-01",
+        "2024-01-01",
+    ]
     assert len(mem.sessions(2)) == 2
 
 
@@ -134,7 +142,9 @@ def test_resume_session_returns_the_tail_within_the_working_budget(make_store: A
     mem.end_session()
     digest, tail = mem.resume_session()
     assert digest is not None and "user message 0 about the garden." in digest
-    assert tail and tail[0]["role"] == "user" and tail[-1]["content"].startswith("assistant reply 29")
+    assert (
+        tail and tail[0]["role"] == "user" and tail[-1]["content"].startswith("assistant reply 29")
+    )
     budget = mem.profile.budgets.working
     assert sum(max(1, len(m["content"]) // 4) for m in tail) <= budget
     assert mem.resume_session(999) == (None, [])
@@ -166,8 +176,10 @@ CHILD = textwrap.dedent(
 def _run_child(path: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, str(path), mode],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_opening_never_closes_a_live_process_session(store_path: Path) -> None:
@@ -201,8 +213,11 @@ def test_a_session_with_a_stale_heartbeat_is_an_orphan(store_path: Path) -> None
         mem._session_id = None  # detach first, so our own worker stops heartbeating it
         with mem._db.atomic() as conn:
             # Pretend another live process on another host owns it but went silent.
-            conn.execute("UPDATE sessions SET owner_pid = 1, owner_host = 'elsewhere', "
-                         "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?", (sid,))
+            conn.execute(
+                "UPDATE sessions SET owner_pid = 1, owner_host = 'elsewhere', "
+                "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
+                (sid,),
+            )
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         assert {s["id"]: s for s in mem.sessions()}[sid]["ended_at"] is not None
 
@@ -221,8 +236,11 @@ WRITER = textwrap.dedent(
 def test_two_processes_record_into_one_file(store_path: Path) -> None:
     elastimem.Elastimem(str(store_path), disable_builtin_embedder=True).close()
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, str(store_path), name, "60"],
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(store_path), name, "60"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for name in ("alpha", "beta")
     ]
     for proc in procs:

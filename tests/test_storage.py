@@ -35,8 +35,11 @@ def test_garbage_file_is_set_aside_with_its_side_files(tmp_path: Path) -> None:
         assert len(events) == 1
     aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
     assert len(aside) == 3
-    main = [p for p in tmp_path.iterdir() if p.name.endswith(tuple("0123456789Z"))
-            and ".corrupt-" in p.name]  # fmt: skip
+    main = [
+        p
+        for p in tmp_path.iterdir()
+        if p.name.endswith(tuple("0123456789Z")) and ".corrupt-" in p.name
+    ]
     assert main and main[0].read_bytes() == garbage
     assert any(n.endswith("-wal") for n in aside) and any(n.endswith("-shm") for n in aside)
 

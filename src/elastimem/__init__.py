@@ -1,9 +1,9 @@
 """elastimem: long-term memory for local-first LLM agents, kept in one SQLite file.
 
-    import elastimem
-    with elastimem.open("~/.local/share/myagent/memory.db") as mem:
-        plan = mem.build_context(user_text)   # before the model call
-        mem.record_turn(user_text, reply)     # after it
+import elastimem
+with elastimem.open("~/.local/share/myagent/memory.db") as mem:
+    plan = mem.build_context(user_text)   # before the model call
+    mem.record_turn(user_text, reply)     # after it
 """
 
 from __future__ import annotations

@@ -245,7 +245,8 @@ def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list
         total = (
             relevance.get(fact.id, 0.0)
             + weights.imp * (fact.importance - 0.5)
-            + weights.rec * recency(age_days(fact.valid_from, now), config.fact_recency_half_life_days)
+            + weights.rec
+            * recency(age_days(fact.valid_from, now), config.fact_recency_half_life_days)
             + weights.graph * g
         )
         notes.append((-total, order, fact))
@@ -282,13 +283,15 @@ def _past_hits(
     leg = vector_leg(services, text, profile)
     with services.db.read() as conn:
         ranking = retrieval.rank(
-            conn, terms, k=profile.episodic_top_k, kinds=frozenset({"chunk"}),
+            conn,
+            terms,
+            k=profile.episodic_top_k,
+            kinds=frozenset({"chunk"}),
             filters=retrieval.Filters(exclude_session=session_id),
             fts_enabled=services.db.fts_enabled,
             chunk_half_life=config.episodic_recency_half_life_days,
             fact_half_life=config.fact_recency_half_life_days,
-            vector_leg=leg, graph=signal,
-        )  # fmt: skip
+            vector_leg=leg,
+            graph=signal,
+        )
     return ranking.hits
-
-

@@ -71,9 +71,13 @@ class Services:
     def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
         """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
         return self.gate.call(
-            kind, prompt, llm=self.llm(), profile=self.profile(), max_tokens=max_tokens,
+            kind,
+            prompt,
+            llm=self.llm(),
+            profile=self.profile(),
+            max_tokens=max_tokens,
             phase=phase,
-        )  # fmt: skip
+        )
 
 
 def make_worker(services: Services, on_wake: Callable[[], None]) -> Worker:
@@ -127,9 +131,13 @@ def queue_turn_jobs(
     ):
         state = "queued" if cadence == Cadence.PER_TURN else "held"
         jobs.enqueue(
-            conn, "extract", owner, state=state, session_id=record.session_id,
+            conn,
+            "extract",
+            owner,
+            state=state,
+            session_id=record.session_id,
             payload={"turns": [record.turn]},
-        )  # fmt: skip
+        )
         if (
             cadence == Cadence.BATCHED
             and jobs.count_held_extracts(conn, record.session_id) >= config.batched_every_n_turns
@@ -229,8 +237,10 @@ def reindex(
     if source.builtin is not None and not source.resident() and source.host_embed is None:
         if source.builtin.state == "not_loaded":
             worker.submit(source.builtin.load)
-        worker.wait_for(lambda: source.builtin is None or source.builtin.state in
-                        ("ready", "failed"), WARM_UP_FOR_REINDEX_SECONDS)  # fmt: skip
+        worker.wait_for(
+            lambda: source.builtin is None or source.builtin.state in ("ready", "failed"),
+            WARM_UP_FOR_REINDEX_SECONDS,
+        )
     label = source.label
     if label is None or not source.resident() or not source.can_embed_passages():
         logger.warning("reindex found no usable embedder; nothing was re-embedded")
@@ -380,8 +390,9 @@ def run_extract(services: Services, job: jobs.Job) -> None:
     max_tokens = 2 * config.worker_max_tokens
     for group in pack_turns(turns, config.min_query_words):
         try:
-            reply = services.ask("extract", build_extract_prompt(group),
-                                 max_tokens=max_tokens, phase=job.phase)  # fmt: skip
+            reply = services.ask(
+                "extract", build_extract_prompt(group), max_tokens=max_tokens, phase=job.phase
+            )
         except (GateDeferred, GateDenied) as exc:
             _gate_outcome(services, "extract", exc)
             return
@@ -421,10 +432,16 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
             semantic.quarantine(conn, key, value, reason, "auto", config.quarantine_cap)
         for key, value in extraction.facts:
             result = semantic.write_fact(
-                conn, key, value, "auto", profile_keys=config.profile_keys,
-                reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
-                at=at, origin_session_id=session_id,
-            )  # fmt: skip
+                conn,
+                key,
+                value,
+                "auto",
+                profile_keys=config.profile_keys,
+                reserved_keys=config.reserved_keys,
+                quarantine_cap=config.quarantine_cap,
+                at=at,
+                origin_session_id=session_id,
+            )
             touched = touched or result.changed or result.reason == "already stored"
         chunk_rows = _turn_chunks(conn, session_id, turn_numbers)
         if touched:
@@ -435,11 +452,15 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
             try:
                 with services.db.atomic():  # a savepoint: graph errors never cost the facts
                     graph.store_extraction(
-                        conn, extraction.entities, extraction.relationships, chunk_rows,
+                        conn,
+                        extraction.entities,
+                        extraction.relationships,
+                        chunk_rows,
                         source_text=" ".join(f"{t.user} {t.assistant}" for t in group),
-                        node_cap=config.graph_node_cap, edge_cap=config.graph_edge_cap,
+                        node_cap=config.graph_node_cap,
+                        edge_cap=config.graph_edge_cap,
                         fts_enabled=services.db.fts_enabled,
-                    )  # fmt: skip
+                    )
             except Exception as exc:
                 logger.warning("storing extracted graph items failed: %s", exc)
         db.bump_meta(conn, "writes_since_consolidation")
@@ -525,8 +546,13 @@ def report_evictions(services: Services, turns: Iterable[Any]) -> None:
     if profile.rolling_summary_mode == RollingSummaryMode.LLM and services.llm() is not None:
         evicted = [[u[:EVICTED_SIDE_CHARS], a[:EVICTED_SIDE_CHARS]] for u, a in pairs]
         with services.db.atomic() as conn:
-            jobs.enqueue(conn, "rolling_summary", services.owner, session_id=session_id,
-                         payload={"evicted": evicted})  # fmt: skip
+            jobs.enqueue(
+                conn,
+                "rolling_summary",
+                services.owner,
+                session_id=session_id,
+                payload={"evicted": evicted},
+            )
         if services.worker is not None:
             services.worker.signal()
 
@@ -547,16 +573,18 @@ def run_rolling_summary(services: Services, job: jobs.Job) -> None:
     evicted = [tuple(t) for t in job.payload.get("evicted", []) if isinstance(t, list)]
     prompt = build_condense_prompt(digest, evicted)
     try:
-        reply = services.ask("rolling_summary", prompt,
-                             max_tokens=services.config().worker_max_tokens)  # fmt: skip
+        reply = services.ask(
+            "rolling_summary", prompt, max_tokens=services.config().worker_max_tokens
+        )
     except (GateDeferred, GateDenied) as exc:
         _gate_outcome(services, "rolling_summary", exc)
         return
     sentences = split_sentences(clean_llm_text(reply))
     if not sentences:
         return  # the extractive digest stays
-    items = fit_digest(["- " + s for s in sentences], services.profile().budgets.sessions,
-                       services.est)  # fmt: skip
+    items = fit_digest(
+        ["- " + s for s in sentences], services.profile().budgets.sessions, services.est
+    )
     services.apply_digest(session_id, items)
 
 
@@ -576,8 +604,11 @@ def run_session_summary(services: Services, job: jobs.Job) -> None:
         return
     user_turns = [str(r[0])[:SUMMARY_TURN_CHARS] for r in reversed(rows)]
     try:
-        reply = services.ask("session_summary", build_session_summary_prompt(user_turns),
-                             max_tokens=services.config().worker_max_tokens)  # fmt: skip
+        reply = services.ask(
+            "session_summary",
+            build_session_summary_prompt(user_turns),
+            max_tokens=services.config().worker_max_tokens,
+        )
     except (GateDeferred, GateDenied) as exc:
         _gate_outcome(services, "session_summary", exc)
         return
@@ -613,8 +644,11 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
 
     def decay() -> dict[str, int]:
         with services.db.atomic() as conn:
-            return {"archived": semantic.apply_decay(
-                conn, config.fact_decay_half_life_days, config.fact_archive_threshold)}  # fmt: skip
+            return {
+                "archived": semantic.apply_decay(
+                    conn, config.fact_decay_half_life_days, config.fact_archive_threshold
+                )
+            }
 
     step("fact decay", decay)
     if full:
@@ -682,10 +716,17 @@ def review_fact_merges(services: Services) -> dict[str, int]:
                     kept += 1
                 elif value and len(value) <= MERGE_REPLY_LIMIT:
                     result = semantic.write_fact(
-                        conn, key, value, "merge", profile_keys=config.profile_keys,
-                        reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
-                        origin_session_id=live[3], importance=float(live[1]), category=live[2],
-                    )  # fmt: skip
+                        conn,
+                        key,
+                        value,
+                        "merge",
+                        profile_keys=config.profile_keys,
+                        reserved_keys=config.reserved_keys,
+                        quarantine_cap=config.quarantine_cap,
+                        origin_session_id=live[3],
+                        importance=float(live[1]),
+                        category=live[2],
+                    )
                     if result.changed:
                         verdict, result_id = "merged", result.fact_id
                         merged += 1
@@ -709,8 +750,7 @@ def resolve_timeline_key(
         return key, "exact"
     terms = query_terms(text)
     if terms:
-        scores = fact_keyword_leg(conn, terms, Filters(), fts_enabled, live_only=False,
-                                  limit=200)  # fmt: skip
+        scores = fact_keyword_leg(conn, terms, Filters(), fts_enabled, live_only=False, limit=200)
         if scores:
             ids = sorted(scores)
             marks = ",".join("?" * len(ids))
@@ -742,13 +782,15 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
         if label is not None and dim is not None:
             embedded = one(
                 "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?",
-                label, dim,
-            )  # fmt: skip
+                label,
+                dim,
+            )
             stale = one(
                 "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL AND "
                 "(embedding_model IS NOT ? OR embedding_dim IS NOT ?)",
-                label, dim,
-            )  # fmt: skip
+                label,
+                dim,
+            )
         elif label is None:
             stale = one("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL")
         result: dict[str, Any] = {
@@ -757,11 +799,13 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "fts_enabled": store.fts_enabled,
             "schema_version": db.get_meta_int(conn, "schema_version"),
             "tier": tier.name.lower(),
-            "facts": one("SELECT count(*) FROM facts WHERE invalidated_at IS NULL "
-                         "AND archived = 0"),  # fmt: skip
+            "facts": one(
+                "SELECT count(*) FROM facts WHERE invalidated_at IS NULL AND archived = 0"
+            ),
             "fact_versions": one("SELECT count(*) FROM facts"),
-            "archived_facts": one("SELECT count(*) FROM facts WHERE archived = 1 "
-                                  "AND invalidated_at IS NULL"),  # fmt: skip
+            "archived_facts": one(
+                "SELECT count(*) FROM facts WHERE archived = 1 AND invalidated_at IS NULL"
+            ),
             "sessions": one("SELECT count(*) FROM sessions"),
             "open_sessions": one("SELECT count(*) FROM sessions WHERE ended_at IS NULL"),
             "messages": one("SELECT count(*) FROM messages"),
@@ -775,8 +819,9 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "quarantine": one("SELECT count(*) FROM quarantine"),
             "graph_nodes": one("SELECT count(*) FROM graph_nodes WHERE type <> 'self'"),
             "graph_edges": one("SELECT count(*) FROM graph_edges"),
-            "jobs_pending": one("SELECT count(*) FROM jobs WHERE state IN "
-                                "('queued', 'held', 'running')"),  # fmt: skip
+            "jobs_pending": one(
+                "SELECT count(*) FROM jobs WHERE state IN ('queued', 'held', 'running')"
+            ),
             "jobs_failed": one("SELECT count(*) FROM jobs WHERE state = 'failed'"),
             "llm_calls": dict(services.gate.calls),
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 TIMESTAMP_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -63,7 +64,7 @@ def to_ts(value: object) -> str:
     return format_ts(parse_moment(value))
 
 
-def canonicalize_legacy_ts(value: object) -> object:
+def canonicalize_legacy_ts(value: Any) -> Any:
     """Rewrite an old-layout timestamp into canonical form; leave anything unreadable as is."""
     if not isinstance(value, str) or TIMESTAMP_PATTERN.match(value):
         return value

@@ -338,17 +338,19 @@ def log_event(conn: sqlite3.Connection, kind: str, **detail: object) -> None:
         "INSERT INTO events (ts, kind, detail) VALUES (?, ?, ?)",
         (now_ts(), kind, json.dumps(detail, sort_keys=True, default=str)),
     )
-    conn.execute(
-        "DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (EVENTS_KEPT,)
-    )
+    conn.execute("DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (EVENTS_KEPT,))
 
 
 # -- FTS ---------------------------------------------------------------------------------------
 
 FTS_TRIGGER_NAMES = (
-    "chunks_fts_ai", "chunks_fts_ad", "chunks_fts_au",
-    "facts_fts_ai", "facts_fts_ad", "facts_fts_au",
-)  # fmt: skip
+    "chunks_fts_ai",
+    "chunks_fts_ad",
+    "chunks_fts_au",
+    "facts_fts_ai",
+    "facts_fts_ad",
+    "facts_fts_au",
+)
 
 _FTS_DDL = (
     f"CREATE VIRTUAL TABLE chunks_fts USING fts5(text, content='chunks', content_rowid='id', "

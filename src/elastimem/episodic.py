@@ -274,8 +274,9 @@ def insert_turn(
     return TurnRecord(session_id, turn, tuple(message_ids), tuple(chunk_ids), at)
 
 
-def raise_chunk_importance(conn: sqlite3.Connection, chunk_ids: tuple[int, ...] | list[int],
-                           floor: float) -> None:  # fmt: skip
+def raise_chunk_importance(
+    conn: sqlite3.Connection, chunk_ids: tuple[int, ...] | list[int], floor: float
+) -> None:
     if chunk_ids:
         marks = ",".join("?" * len(chunk_ids))
         conn.execute(

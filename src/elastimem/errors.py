@@ -4,7 +4,7 @@ Every error derives from :class:`ElastimemError`; the tree is::
 
     ElastimemError(Exception)
     ├── ConfigError(ElastimemError, TypeError, ValueError)  bad option / argument / user id / `at`
-    ├── StoreError(ElastimemError)                          unrecoverable storage failure (cause attached)
+    ├── StoreError(ElastimemError)                          storage failure (cause attached)
     │   ├── StoreLockedError(StoreError)                    busy/locked past the busy timeout
     │   └── SchemaTooNewError(StoreError, RuntimeError)     file from a newer elastimem
     ├── ClosedError(ElastimemError, RuntimeError)           any call after close()

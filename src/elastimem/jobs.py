@@ -74,10 +74,18 @@ def enqueue(
         "INSERT INTO jobs (kind, state, phase, session_id, payload, priority, owner_pid, "
         "owner_host, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
-            kind, state, phase, session_id, json.dumps(payload or {}), PRIORITY[kind],
-            owner.pid, owner.host, now, now,
+            kind,
+            state,
+            phase,
+            session_id,
+            json.dumps(payload or {}),
+            PRIORITY[kind],
+            owner.pid,
+            owner.host,
+            now,
+            now,
         ),
-    )  # fmt: skip
+    )
     return int(cur.lastrowid or 0)
 
 
@@ -202,10 +210,10 @@ def recover(conn: sqlite3.Connection, me: Owner) -> tuple[int, int]:
     ).rowcount
     adopted = 0
     rows = conn.execute(
-        "SELECT id, owner_pid, owner_host, updated_at, state FROM jobs "
+        "SELECT id, owner_pid, owner_host, updated_at FROM jobs "
         "WHERE state IN ('queued', 'held', 'running')"
     ).fetchall()
-    for job_id, pid, host, updated_at, state in rows:
+    for job_id, pid, host, updated_at in rows:
         if pid == me.pid and host == me.host:
             continue
         if owner_is_gone(pid, host, updated_at, me):
@@ -222,8 +230,7 @@ def recover(conn: sqlite3.Connection, me: Owner) -> tuple[int, int]:
 def refresh_ownership(conn: sqlite3.Connection, me: Owner) -> None:
     """Keep this process's jobs from looking abandoned (``updated_at`` older than 900 s)."""
     conn.execute(
-        "UPDATE jobs SET updated_at = ? WHERE owner_pid = ? AND owner_host = ? "
-        "AND updated_at < ?",
+        "UPDATE jobs SET updated_at = ? WHERE owner_pid = ? AND owner_host = ? AND updated_at < ?",
         (now_ts(), me.pid, me.host, ts_minus(ORPHAN_HEARTBEAT_SECONDS / 3)),
     )
 

@@ -224,11 +224,24 @@ INDEXES_V4: tuple[str, ...] = (
 # Columns that hold timestamps, rewritten to canonical form when an old layout is rebuilt.
 TIMESTAMP_COLUMNS = frozenset(
     {
-        "ts", "applied_at", "started_at", "ended_at", "heartbeat_at", "created_at",
-        "valid_from", "invalidated_at", "last_accessed_at", "reviewed_at", "last_used_at",
-        "updated_at", "last_seen", "not_before", "lease_until", "built_at",
+        "ts",
+        "applied_at",
+        "started_at",
+        "ended_at",
+        "heartbeat_at",
+        "created_at",
+        "valid_from",
+        "invalidated_at",
+        "last_accessed_at",
+        "reviewed_at",
+        "last_used_at",
+        "updated_at",
+        "last_seen",
+        "not_before",
+        "lease_until",
+        "built_at",
     }
-)  # fmt: skip
+)
 
 Step = Callable[[sqlite3.Connection], None]
 
@@ -352,8 +365,9 @@ def _fold_user_node_into_self(conn: sqlite3.Connection) -> None:
                 (self_id, node_id),
             )
         conn.execute("DELETE FROM graph_edges WHERE source_node = target_node")
-        conn.execute("DELETE FROM graph_edges WHERE source_node = ? OR target_node = ?",
-                     (node_id, node_id))  # fmt: skip
+        conn.execute(
+            "DELETE FROM graph_edges WHERE source_node = ? OR target_node = ?", (node_id, node_id)
+        )
         conn.execute("DELETE FROM graph_nodes WHERE id = ?", (node_id,))
 
 

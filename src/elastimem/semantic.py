@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .clock import now_ts, parse_moment, utcnow
 from .guards import guard_fact
@@ -39,21 +41,21 @@ class FactWrite:
     key: str = ""
 
 
-def row_to_fact(row: tuple[object, ...]) -> Fact:
+def row_to_fact(row: Sequence[Any]) -> Fact:
     return Fact(
-        id=int(row[0]),  # type: ignore[arg-type]
+        id=int(row[0]),
         key=str(row[1]),
         value=str(row[2]),
         category=str(row[3]),
         source=str(row[4]),
-        importance=float(row[5]),  # type: ignore[arg-type]
+        importance=float(row[5]),
         valid_from=str(row[6]),
-        invalidated_at=row[7],  # type: ignore[arg-type]
+        invalidated_at=row[7],
         archived=bool(row[8]),
-        created_at=row[9],  # type: ignore[arg-type]
-        invalidated_by=row[10],  # type: ignore[arg-type]
-        last_accessed_at=row[11],  # type: ignore[arg-type]
-        access_count=int(row[12]),  # type: ignore[arg-type]
+        created_at=row[9],
+        invalidated_by=row[10],
+        last_accessed_at=row[11],
+        access_count=int(row[12]),
     )
 
 

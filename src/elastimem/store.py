@@ -23,7 +23,7 @@ from .clock import now_ts, to_ts
 from .config import ElastimemConfig, check_option_names
 from .embedders import BuiltinEmbedder
 from .enums import Cadence, Tier
-from .errors import ClosedError, ConfigError, EmbedderError, ElastimemError, StoreError
+from .errors import ClosedError, ConfigError, ElastimemError, EmbedderError, StoreError
 from .gate import LLMGate
 from .governor import Governor, MemoryProfile
 from .rules import capture_rules
@@ -65,9 +65,14 @@ class Elastimem:
             raise ConfigError(f"path={path!r} is invalid; pass a file path or ':memory:'")
         llm = _pick_alias("llm", llm, "complete_fn", complete_fn)
         embedder = _pick_alias("embedder", embedder, "embed_fn", embed_fn)
-        for name, fn in (("llm", llm), ("embedder", embedder), ("query_embedder", query_embedder),
-                         ("tokenizer_fn", tokenizer_fn), ("probe_fn", probe_fn),
-                         ("on_tier_change", on_tier_change)):  # fmt: skip
+        for name, fn in (
+            ("llm", llm),
+            ("embedder", embedder),
+            ("query_embedder", query_embedder),
+            ("tokenizer_fn", tokenizer_fn),
+            ("probe_fn", probe_fn),
+            ("on_tier_change", on_tier_change),
+        ):
             if fn is not None and not callable(fn):
                 raise ConfigError(f"{name}={fn!r} is not callable; pass a function or None")
         if config is None:
@@ -292,16 +297,20 @@ class Elastimem:
             with self._db.atomic() as conn:
                 session_id = self._ensure_session(conn, at_ts)
                 record = episodic.insert_turn(
-                    conn, session_id, user, assistant, at=turn_at, chunk_texts=chunk_texts,
-                    user_tokens=user_tokens, assistant_tokens=assistant_tokens,
-                )  # fmt: skip
+                    conn,
+                    session_id,
+                    user,
+                    assistant,
+                    at=turn_at,
+                    chunk_texts=chunk_texts,
+                    user_tokens=user_tokens,
+                    assistant_tokens=assistant_tokens,
+                )
                 self._bump_writes(conn)
             if captures:
                 self._store_rule_captures(captures, record)
             with self._db.atomic() as conn:
-                background.queue_turn_jobs(
-                    conn, self._services, record, user, profile, config
-                )
+                background.queue_turn_jobs(conn, self._services, record, user, profile, config)
         self._worker.signal()
 
     def _store_rule_captures(
@@ -312,10 +321,16 @@ class Elastimem:
             touched = False
             for key, value in captures:
                 result = semantic.write_fact(
-                    conn, key, value, "rule", profile_keys=config.profile_keys,
-                    reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
-                    at=record.created_at, origin_session_id=record.session_id,
-                )  # fmt: skip
+                    conn,
+                    key,
+                    value,
+                    "rule",
+                    profile_keys=config.profile_keys,
+                    reserved_keys=config.reserved_keys,
+                    quarantine_cap=config.quarantine_cap,
+                    at=record.created_at,
+                    origin_session_id=record.session_id,
+                )
                 if result.changed or result.reason == "already stored":
                     touched = True
             if touched:
@@ -432,10 +447,16 @@ class Elastimem:
         config = self._config
         with self._db.atomic() as conn:
             result = semantic.write_fact(
-                conn, sanitize(key), sanitize(value), source, profile_keys=config.profile_keys,
-                reserved_keys=config.reserved_keys, quarantine_cap=config.quarantine_cap,
-                at=at_ts, origin_session_id=self._session_id,
-            )  # fmt: skip
+                conn,
+                sanitize(key),
+                sanitize(value),
+                source,
+                profile_keys=config.profile_keys,
+                reserved_keys=config.reserved_keys,
+                quarantine_cap=config.quarantine_cap,
+                at=at_ts,
+                origin_session_id=self._session_id,
+            )
             self._bump_writes(conn)
         return result.changed, result.reason
 
@@ -583,12 +604,17 @@ class Elastimem:
         config = self._config
         with self._db.read() as conn:
             return retrieval.rank(
-                conn, terms, k=k, kinds=kinds, filters=filters,
+                conn,
+                terms,
+                k=k,
+                kinds=kinds,
+                filters=filters,
                 fts_enabled=self._db.fts_enabled,
                 chunk_half_life=config.episodic_recency_half_life_days,
                 fact_half_life=config.fact_recency_half_life_days,
-                vector_leg=vector_leg, graph=signal,
-            )  # fmt: skip
+                vector_leg=vector_leg,
+                graph=signal,
+            )
 
     # -- context -----------------------------------------------------------------------------
 
@@ -667,9 +693,12 @@ class Elastimem:
             return []
 
     def erase(
-        self, *, key: str | None = None, session_id: int | None = None,
+        self,
+        *,
+        key: str | None = None,
+        session_id: int | None = None,
         include_facts: bool = False,
-    ) -> dict[str, int]:  # fmt: skip
+    ) -> dict[str, int]:
         self._check_open()
         if (key is None) == (session_id is None):
             raise ConfigError("erase needs exactly one target: key=... or session_id=...")
@@ -684,9 +713,11 @@ class Elastimem:
         from . import portability
 
         return portability.erase(
-            self._services, key=None if key is None else normalize_key(key),
-            session_id=session_id, include_facts=bool(include_facts),
-        )  # fmt: skip
+            self._services,
+            key=None if key is None else normalize_key(key),
+            session_id=session_id,
+            include_facts=bool(include_facts),
+        )
 
     def export(self, path_or_file: Any) -> dict[str, int]:
         self._check_open()
@@ -694,8 +725,9 @@ class Elastimem:
 
         return portability.export(self._services, path_or_file)
 
-    def import_(self, path_or_file: Any, progress: Callable[[int, int], None] | None = None
-                ) -> dict[str, int]:  # fmt: skip
+    def import_(
+        self, path_or_file: Any, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, int]:
         self._check_open()
         from . import portability
 
@@ -780,8 +812,11 @@ def _parse_kinds(kinds: Iterable[str] | None) -> frozenset[str]:
     try:
         wanted = frozenset(kinds)
     except TypeError:
-        raise ConfigError(f"kinds={kinds!r} is invalid; use a subset of {{'chunk', 'fact'}}") from None
+        raise ConfigError(
+            f"kinds={kinds!r} is invalid; use a subset of {{'chunk', 'fact'}}"
+        ) from None
     if not wanted <= VALID_KINDS:
-        raise ConfigError(f"kinds={sorted(map(str, wanted))!r} is invalid; use a subset of "
-                          "{'chunk', 'fact'}")  # fmt: skip
+        raise ConfigError(
+            f"kinds={sorted(map(str, wanted))!r} is invalid; use a subset of {{'chunk', 'fact'}}"
+        )
     return wanted

@@ -12,6 +12,7 @@ in-memory *tasks* (``submit``), such as loading the built-in embedder off the ho
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -52,7 +53,7 @@ class Worker:
         self._on_idle = on_idle
         self._idle_seconds = idle_seconds
         self._cond = threading.Condition()
-        self._tasks: deque[Callable[[], None]] = deque()
+        self._tasks: deque[Callable[[], object]] = deque()
         self._stopping = False
         self._signalled = False
         self._busy = False
@@ -68,7 +69,7 @@ class Worker:
             self._signalled = True
             self._cond.notify_all()
 
-    def submit(self, task: Callable[[], None]) -> None:
+    def submit(self, task: Callable[[], object]) -> None:
         """Run ``task`` on the worker thread before the next job."""
         with self._cond:
             self._tasks.append(task)
@@ -123,13 +124,14 @@ class Worker:
                     self._cond.notify_all()
                 continue
             idle_for = time.monotonic() - idle_since
-            self._safe(lambda: self._on_idle(idle_for))
+            self._safe(functools.partial(self._on_idle, idle_for))
             with self._cond:
                 if self._stopping:
                     return
                 if not self._signalled and not self._tasks:
-                    wait = min(self._safe_float(self._idle_seconds, MAX_WAIT_SECONDS),
-                               MAX_WAIT_SECONDS)  # fmt: skip
+                    wait = min(
+                        self._safe_float(self._idle_seconds, MAX_WAIT_SECONDS), MAX_WAIT_SECONDS
+                    )
                     self._cond.wait(max(0.05, wait))
                 self._signalled = False
                 self._cond.notify_all()
@@ -173,13 +175,13 @@ class Worker:
                 if not self._stopping and not self._signalled:
                     self._cond.wait(0.2)
 
-    def _run_task(self, task: Callable[[], None]) -> None:
+    def _run_task(self, task: Callable[[], object]) -> None:
         self._safe(task)
         with self._cond:
             self._cond.notify_all()
 
     @staticmethod
-    def _safe(fn: Callable[[], None]) -> None:
+    def _safe(fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception as exc:
