@@ -7,6 +7,7 @@ so SQL compares timestamps as plain text and cutoffs are computed here, never in
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
@@ -74,16 +75,24 @@ def canonicalize_legacy_ts(value: Any) -> Any:
         return value
 
 
+@functools.lru_cache(maxsize=65536)
+def epoch_seconds(ts: str) -> float | None:
+    """Seconds since the epoch of a stored timestamp (cached: ranking parses the same ones
+    again and again); None when unreadable."""
+    try:
+        return parse_moment(ts).timestamp()
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
 def age_days(ts: str | None, now: datetime | None = None) -> float:
     """Age in days of a stored timestamp, never negative; unreadable counts as age 0."""
     if not ts:
         return 0.0
-    try:
-        moment = parse_moment(ts)
-    except ValueError:
+    seconds = epoch_seconds(ts)
+    if seconds is None:
         return 0.0
-    delta = (now or utcnow()) - moment
-    return max(0.0, delta.total_seconds() / SECONDS_PER_DAY)
+    return max(0.0, ((now or utcnow()).timestamp() - seconds) / SECONDS_PER_DAY)
 
 
 def recency(age: float, half_life_days: float) -> float:

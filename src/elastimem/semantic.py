@@ -27,6 +27,8 @@ QUARANTINE_KEY_LIMIT = 200
 QUARANTINE_VALUE_LIMIT = 500
 SHORT_AUTO_VALUE = 2
 
+# facts() order: profile first, then importance, valid_from and id, all descending.
+LIVE_ORDER = "category = 'profile' DESC, importance DESC, valid_from DESC, id DESC"
 FACT_COLUMNS = (
     "id, key, value, category, source, importance, valid_from, invalidated_at, archived, "
     "created_at, invalidated_by, last_accessed_at, access_count"
@@ -150,9 +152,18 @@ def live_facts(conn: sqlite3.Connection) -> list[Fact]:
     """Live, unarchived facts: profile first, then importance, valid_from, id (all desc)."""
     rows = conn.execute(
         f"SELECT {FACT_COLUMNS} FROM facts WHERE invalidated_at IS NULL AND archived = 0 "
-        "ORDER BY category = 'profile' DESC, importance DESC, valid_from DESC, id DESC"
+        f"ORDER BY {LIVE_ORDER}"
     ).fetchall()
     return [row_to_fact(r) for r in rows]
+
+
+def live_values(conn: sqlite3.Connection) -> dict[str, str]:
+    """``facts()``: key → value of live, unarchived facts, in ``live_facts`` order."""
+    rows = conn.execute(
+        f"SELECT key, value FROM facts WHERE invalidated_at IS NULL AND archived = 0 "
+        f"ORDER BY {LIVE_ORDER}"
+    ).fetchall()
+    return {str(k): str(v) for k, v in rows}
 
 
 def history(conn: sqlite3.Connection, key: str) -> list[Fact]:

@@ -472,7 +472,7 @@ class Elastimem:
     def facts(self) -> dict[str, str]:
         self._check_open()
         with self._db.read() as conn:
-            return {f.key: f.value for f in semantic.live_facts(conn)}
+            return semantic.live_values(conn)
 
     def fact_history(self, key: str) -> list[Fact]:
         self._check_open()
