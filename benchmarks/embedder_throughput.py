@@ -19,7 +19,7 @@ import time
 
 from elastimem.embedders import EMBED_BATCH_SIZE, BuiltinEmbedder
 
-_WORDS = (
+_WORDS = (  # noqa: SIM905 - a word list reads better as prose
     "the a my our we i you they it this that and but so because then when after before "
     "dog puppy cat garden kitchen office meeting project deadline doctor appointment "
     "birthday sister brother friend trip train flight hotel paris berlin lisbon coffee "
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=64, help="number of long chunks")
     parser.add_argument("--chunk-tokens", type=int, default=400, help="chunk size (len // 4)")
     parser.add_argument("--queries", type=int, default=50, help="single queries to time")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the median is shown")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median shown)")
     parser.add_argument(
         "--torch-threads",
         type=int,

@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -128,8 +129,10 @@ def to_unit_vector(vector: object, *, dim: int | None = None) -> np.ndarray | No
             return None
     elif isinstance(vector, (str, bytes)) or not isinstance(vector, Sequence):
         return None
-    elif len(vector) == 1 and isinstance(vector[0], (Sequence, np.ndarray)) and not isinstance(
-        vector[0], (str, bytes)
+    elif (
+        len(vector) == 1
+        and isinstance(vector[0], (Sequence, np.ndarray))
+        and not isinstance(vector[0], (str, bytes))
     ):
         array = vector  # a single-row batch, as embed_fn([query]) would return
     else:
@@ -336,32 +339,38 @@ def _download_allowed() -> bool:
 
 
 class _Backend:
-    """A loaded model: label, dimension, and a raw batch encoder (validated by the caller)."""
+    """A loaded model: label, dimension, and a raw batch encoder (validated by the caller).
 
-    label: str
-    dim: int
+    One backend may serve several :class:`BuiltinEmbedder` instances (see
+    ``_shared_backend``), so the lock that serialises calls into the model lives here: the
+    HF fast tokenizer raises "Already borrowed" when two threads encode at once (it mutates
+    its truncation settings per call), so the worker's batches and the host's queries take
+    turns.
+    """
+
+    def __init__(self, model: Any, label: str) -> None:
+        self._model = model
+        self.label = label
+        self.dim = 0  # set from the warm-up encode
+        self._lock = threading.Lock()
 
     def encode(self, texts: list[str], *, query: bool) -> object:
+        with self._lock:
+            return self._encode(texts, query=query)
+
+    def _encode(self, texts: list[str], *, query: bool) -> object:
         raise NotImplementedError
 
 
 class _FastEmbedBackend(_Backend):
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self.label = BGE_LABEL
-
-    def encode(self, texts: list[str], *, query: bool) -> object:
+    def _encode(self, texts: list[str], *, query: bool) -> object:
         if query:
             texts = [BGE_QUERY_PREFIX + text for text in texts]
         return np.stack(list(self._model.embed(texts, batch_size=EMBED_BATCH_SIZE)))
 
 
 class _SentenceTransformerBackend(_Backend):
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self.label = MINILM_LABEL
-
-    def encode(self, texts: list[str], *, query: bool) -> object:
+    def _encode(self, texts: list[str], *, query: bool) -> object:
         # all-MiniLM-L6-v2 is symmetric: queries and passages are encoded alike.
         return self._model.encode(
             texts,
@@ -370,6 +379,13 @@ class _SentenceTransformerBackend(_Backend):
             convert_to_numpy=True,
             normalize_embeddings=True,
         )
+
+
+# The model loaded by one BuiltinEmbedder is reused by every later one in the process (a
+# host serving several users opens several stores): one copy in RAM (~90 MB for MiniLM)
+# and one label for all of them. Held weakly, so it is freed when the last user goes.
+_shared_lock = threading.Lock()
+_shared_backend: weakref.ref[_Backend] | None = None
 
 
 @contextlib.contextmanager
@@ -384,7 +400,7 @@ def _hub_offline() -> Iterator[None]:
     if any(name in os.environ for name in _HUB_OFFLINE_ENV):
         yield
         return
-    constants = sys.modules.get("huggingface_hub.constants")
+    constants: Any = sys.modules.get("huggingface_hub.constants")
     previous = getattr(constants, "HF_HUB_OFFLINE", False)
     for name in _HUB_OFFLINE_ENV:
         os.environ[name] = "1"
@@ -441,7 +457,7 @@ def _load_fastembed(allow_download: bool) -> tuple[_Backend | None, str]:
         )
     except Exception as exc:
         return None, f"fastembed: could not load {BGE_MODEL_NAME} ({exc})"
-    return _FastEmbedBackend(model), ""
+    return _FastEmbedBackend(model, BGE_LABEL), ""
 
 
 def _load_sentence_transformers() -> tuple[_Backend | None, str]:
@@ -462,24 +478,21 @@ def _load_sentence_transformers() -> tuple[_Backend | None, str]:
                 model = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
     except Exception as exc:
         return None, f"sentence-transformers: could not load {model_path} ({exc})"
-    return _SentenceTransformerBackend(model), ""
+    return _SentenceTransformerBackend(model, MINILM_LABEL), ""
 
 
 class BuiltinEmbedder:
     """The built-in embedder: bge-small via fastembed, else bundled MiniLM, else failed.
 
     Construction is free; :meth:`load` does the work once, under a lock, and is meant to
-    run on the worker thread. After a failure it never retries (one warning per instance).
+    run on the worker thread. A model another instance already loaded is reused. After a
+    failure it never retries (one warning per instance).
     """
 
     def __init__(self, *, allow_download: bool | None = None) -> None:
         # None reads ELASTIMEM_ALLOW_MODEL_DOWNLOAD when load() runs, not now.
         self._allow_download = allow_download
         self._load_lock = threading.Lock()
-        # The HF fast tokenizer raises "Already borrowed" when two threads encode at once
-        # (it mutates its truncation settings per call), so calls into the model are
-        # serialised; the worker's batches and the host's queries then take turns.
-        self._encode_lock = threading.Lock()
         self._state: EmbedderState = "not_loaded"
         self._backend: _Backend | None = None
         self._failure: str | None = None
@@ -511,12 +524,20 @@ class BuiltinEmbedder:
                 return False
             self._state = "loading"
             try:
-                return self._load_locked()
+                with _shared_lock:
+                    return self._load_locked()
             finally:
                 if self._state == "loading":  # interrupted (KeyboardInterrupt): may retry
                     self._state = "not_loaded"
 
     def _load_locked(self) -> bool:
+        global _shared_backend
+        shared = _shared_backend() if _shared_backend is not None else None
+        if shared is not None:
+            self._backend = shared
+            self._state = "ready"
+            logger.debug("built-in embedder: reusing %s, already loaded", shared.label)
+            return True
         allow = _download_allowed() if self._allow_download is None else self._allow_download
         reasons: list[str] = []
         for attempt in (lambda: _load_fastembed(allow), _load_sentence_transformers):
@@ -529,14 +550,14 @@ class BuiltinEmbedder:
                 logger.debug("built-in embedder: %s", reason)
                 continue
             try:
-                with self._encode_lock:
-                    probe = to_unit_matrix(backend.encode([_PROBE_TEXT], query=False), 1)
+                probe = to_unit_matrix(backend.encode([_PROBE_TEXT], query=False), 1)
             except Exception as exc:
                 reasons.append(f"{backend.label}: the warm-up encode failed ({exc})")
                 logger.debug("built-in embedder: %s", reasons[-1])
                 continue
             backend.dim = int(probe.shape[1])
             self._backend = backend
+            _shared_backend = weakref.ref(backend)
             self._state = "ready"
             logger.info("built-in embedder ready: %s (dim %d)", backend.label, backend.dim)
             return True
@@ -562,8 +583,7 @@ class BuiltinEmbedder:
         parts = []
         for start in range(0, len(items), EMBED_BATCH_SIZE):
             batch = items[start : start + EMBED_BATCH_SIZE]
-            with self._encode_lock:
-                raw = backend.encode(batch, query=False)
+            raw = backend.encode(batch, query=False)
             parts.append(to_unit_matrix(raw, len(batch)))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
@@ -572,8 +592,7 @@ class BuiltinEmbedder:
         backend = self._require_ready()
         if not isinstance(text, str):
             raise TypeError(f"the query is {type(text).__name__}; it must be str")
-        with self._encode_lock:
-            raw = backend.encode([text], query=True)
+        raw = backend.encode([text], query=True)
         return to_unit_matrix(raw, 1)[0]
 
     def _require_ready(self) -> _Backend:
