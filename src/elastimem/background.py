@@ -777,6 +777,13 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             return int(conn.execute(sql, params).fetchone()[0])
 
         label = source.label
+        if label is None and source.builtin is not None:
+            # Not loaded yet in this process: count against the built-in vectors on file.
+            row = conn.execute(
+                "SELECT embedding_model FROM chunks WHERE embedding_model LIKE 'elastimem:%' "
+                "GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1"
+            ).fetchone()
+            label = row[0] if row else None
         dim = active_dim(services, conn, label) if label else None
         embedded = stale = 0
         if label is not None and dim is not None:
@@ -813,7 +820,7 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "embedded_chunks": embedded,
             "stale_embeddings": stale,
             "embedder": source.state(),
-            "embedding_model": label,
+            "embedding_model": source.label,
             "vector_backend": services.vectors.backend_name(),
             "lessons": one("SELECT count(*) FROM lessons WHERE archived = 0"),
             "quarantine": one("SELECT count(*) FROM quarantine"),

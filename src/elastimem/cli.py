@@ -1,9 +1,11 @@
 """The ``elastimem`` command line: a thin layer over the Python API (SPEC §8.1).
 
-Data commands print JSON by default (one object, or one object per line for streams) and
-aligned columns with ``--format table``. The store comes from ``--db``, else ``ELASTIMEM_DB``,
-else ``memory.db`` in the per-user app folder; ``elastimem path`` prints which. Exit codes:
-0 success, 1 a runtime error (its message on stderr), 2 a usage error.
+Data commands print JSON by default and aligned columns with ``--format table``. The store
+comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in the per-user app folder;
+``elastimem path`` prints which. Exit codes: 0 success, 1 a runtime error (its message on
+stderr) or ``forget`` with nothing to forget, 2 a usage error. Long work (``import``,
+``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back or keeps only whole
+batches, so the store stays consistent.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -26,6 +29,8 @@ from .errors import ElastimemError
 
 DB_ENV_VAR = "ELASTIMEM_DB"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+TABLE_CELL_LIMIT = 80
+DEMO_WAIT_SECONDS = 120.0
 
 
 def default_db_path() -> str:
@@ -43,10 +48,16 @@ class CliState:
         return self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
 
     @contextmanager
-    def store(self, **kw: Any) -> Iterator[Any]:
+    def store(self, *, builtin_embedder: bool = False, **kw: Any) -> Iterator[Any]:
+        """An open store for one command; ``ElastimemError`` becomes exit 1 with its message.
+
+        The built-in embedder is wired in only for commands that search or embed: a one-shot
+        command would otherwise start loading the model for the worker's embedding backfill
+        and then wait for it when closing (about ten seconds on a laptop).
+        """
         from .store import Elastimem
 
-        overrides: dict[str, Any] = dict(kw)
+        overrides: dict[str, Any] = {"disable_builtin_embedder": not builtin_embedder, **kw}
         if self.tier:
             overrides["tier_override"] = self.tier
         try:
@@ -60,8 +71,31 @@ class CliState:
         finally:
             mem.close()
 
+    @contextmanager
+    def search_store(self) -> Iterator[Any]:
+        """A store for ``recall``/``explain``: with the built-in embedder, warmed up, only
+        when the store holds vectors it made (§8.1); keyword search otherwise."""
+        with self.store() as mem, mem._db.read() as conn:
+            has_vectors = (
+                conn.execute(
+                    "SELECT 1 FROM chunks WHERE embedding IS NOT NULL AND embedding_model LIKE "
+                    "'elastimem:%' LIMIT 1"
+                ).fetchone()
+                is not None
+            )
+        if not has_vectors:
+            with self.store() as mem:
+                yield mem
+            return
+        with self.store(builtin_embedder=True) as mem:
+            mem.warm_up()
+            yield mem
+
 
 pass_state = click.make_pass_decorator(CliState)
+
+
+# -- output ------------------------------------------------------------------------------------
 
 
 def _jsonable(value: Any) -> Any:
@@ -88,7 +122,7 @@ def emit(state: CliState, data: Any) -> None:
 def _table(data: Any) -> str:
     if isinstance(data, dict):
         rows = [[str(k), _cell(v)] for k, v in data.items()]
-        return _align(["key", "value"], rows)
+        return _align(["key", "value"], rows) if rows else "(none)"
     if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
         headers = list(data[0].keys())
         return _align(headers, [[_cell(r.get(h)) for h in headers] for r in data])
@@ -108,13 +142,51 @@ def _cell(value: Any) -> str:
 
 
 def _align(headers: list[str], rows: list[list[str]]) -> str:
-    limit = 80
+    limit = TABLE_CELL_LIMIT
     rows = [[c if len(c) <= limit else c[: limit - 1] + "…" for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    lines.extend(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
     return "\n".join(lines)
+
+
+def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A ``progress(done, total)`` callback driving a click progress bar on stderr."""
+    bar: Any = None
+    shown = 0
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar, shown
+        if bar is None:
+            bar = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
+            bar.__enter__()
+        if done > shown:
+            bar.update(done - shown)
+            shown = done
+
+    def finish() -> None:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+    return update, finish
+
+
+# -- the group ---------------------------------------------------------------------------------
+
+
+def _configure_logging(verbose: bool) -> None:
+    if not verbose:
+        return
+    log = logging.getLogger("elastimem")
+    if not any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
+        handler._elastimem_stderr = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -137,12 +209,7 @@ def main(ctx: click.Context, db_path: str | None, output: str, tier: str | None,
       elastimem --db notes.db remember favorite_color teal
       elastimem --db notes.db recall "what colour do I like?"
     """
-    if verbose:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
-        log = logging.getLogger("elastimem")
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
+    _configure_logging(verbose)
     ctx.obj = CliState(db_path, output, tier, verbose)
 
 
@@ -187,9 +254,7 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
     Example:
       elastimem recall "what is my dog called?" -k 3 --kind chunk
     """
-    with state.store() as mem:
-        if mem.stats()["embedded_chunks"] > 0:
-            mem.warm_up()
+    with state.search_store() as mem:
         hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until)
         emit(state, hits)
 
@@ -205,9 +270,7 @@ def explain(state: CliState, query: str, k: int) -> None:
     Example:
       elastimem explain "hiking with the dog"
     """
-    with state.store() as mem:
-        if mem.stats()["embedded_chunks"] > 0:
-            mem.warm_up()
+    with state.search_store() as mem:
         emit(state, mem.explain(query, k))
 
 
@@ -274,6 +337,55 @@ def forget(state: CliState, key: str) -> None:
 
 
 @main.command()
+@click.option("--key", help="Erase every version of this fact key.")
+@click.option("--session", "session_id", type=int, metavar="ID",
+              help="Erase this session (see `elastimem sessions`).")  # fmt: skip
+@click.option(
+    "--include-facts",
+    is_flag=True,
+    help="With --session: also erase the full history of facts learned in it.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@pass_state
+def erase(state: CliState, key: str | None, session_id: int | None, include_facts: bool,
+          yes: bool) -> None:  # fmt: skip
+    """Permanently erase a fact key or a session, down to the bytes of the file.
+
+    Unlike `forget`, nothing is kept: every version, the derived search and vector entries
+    and the graph provenance go, and the file is rewritten so the text cannot be recovered
+    from it. Asks for confirmation unless --yes is given (required without a terminal).
+
+    \b
+    Example:
+      elastimem erase --key favorite_color --yes
+      elastimem erase --session 12 --include-facts
+    """
+    if (key is None) == (session_id is None):
+        raise click.UsageError("pass exactly one of --key KEY or --session ID")
+    if include_facts and session_id is None:
+        raise click.UsageError("--include-facts only applies to --session")
+    target = f"fact key {key!r}" if key is not None else f"session {session_id}"
+    if include_facts:
+        target += " and the facts learned in it"
+    if not yes:
+        if not _stdin_is_tty():
+            raise click.UsageError(
+                f"erase asks before deleting {target}; pass --yes to confirm without a terminal"
+            )
+        click.confirm(f"Permanently erase {target} from {state.db_path()}?", abort=True)
+    with state.store() as mem:
+        counts = mem.erase(key=key, session_id=session_id, include_facts=include_facts)
+    emit(state, counts)
+
+
+def _stdin_is_tty() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@main.command()
 @click.option("-n", "n", default=20, show_default=True, type=int, help="How many sessions.")
 @pass_state
 def sessions(state: CliState, n: int) -> None:
@@ -287,6 +399,176 @@ def sessions(state: CliState, n: int) -> None:
         emit(state, mem.sessions(n))
 
 
+@main.command()
+@click.argument("file", metavar="FILE")
+@pass_state
+def export(state: CliState, file: str) -> None:
+    """Write the whole store as JSON Lines to FILE (`-` for stdout).
+
+    The file holds every session, message, chunk (with its vector), fact version, lesson,
+    quarantine entry, graph row and job; `elastimem import` restores it into an empty store.
+
+    \b
+    Example:
+      elastimem export backup.jsonl
+      elastimem --db old.db export - | elastimem --db new.db import -
+    """
+    with state.store() as mem:
+        if file == "-":
+            stream = getattr(sys.stdout, "buffer", sys.stdout)
+            counts = mem.export(stream)
+            stream.flush()
+        else:
+            counts = mem.export(file)
+    if file == "-":
+        click.echo(f"exported {sum(counts.values())} rows", err=True)
+    else:
+        emit(state, counts)
+
+
+@main.command(name="import")
+@click.argument("file", metavar="FILE")
+@pass_state
+def import_cmd(state: CliState, file: str) -> None:
+    """Load an export (FILE, or `-` for stdin) into an empty store.
+
+    All or nothing: a damaged file is rejected with its line number, and Ctrl-C leaves the
+    store as it was.
+
+    \b
+    Example:
+      elastimem --db restored.db import backup.jsonl
+    """
+    source: Any = getattr(sys.stdin, "buffer", sys.stdin) if file == "-" else file
+    update, finish = _progress("Importing")
+    try:
+        with state.store() as mem:
+            counts = mem.import_(source, progress=update)
+    finally:
+        finish()
+    emit(state, counts)
+
+
+@main.command()
+@click.option("--force", is_flag=True, help="Re-embed every chunk, not only stale ones.")
+@pass_state
+def reindex(state: CliState, force: bool) -> None:
+    """Embed the chunks that have no current vector (all of them with --force).
+
+    Uses the built-in embedder (extra `embed` or `fastembed`). Each batch is saved as it
+    completes, so Ctrl-C keeps the work done so far.
+
+    \b
+    Example:
+      elastimem reindex
+    """
+    update, finish = _progress("Embedding")
+    try:
+        with state.store(builtin_embedder=True) as mem:
+            count = mem.reindex(update, force=force)
+            embedder = mem.stats()["embedder"]
+    finally:
+        finish()
+    if count == 0 and embedder in ("none", "failed"):
+        click.echo("no usable embedder: install elastimem[embed] to enable vectors", err=True)
+    emit(state, {"reindexed": count})
+
+
+@main.command()
+@click.option(
+    "--as",
+    "as_",
+    type=click.Choice(["dot", "html"]),
+    default="dot",
+    show_default=True,
+    help="DOT for Graphviz, or one self-contained HTML page.",
+)
+@click.option("-o", "--output", "out", metavar="FILE", help="Write here instead of stdout.")
+@pass_state
+def graph(state: CliState, as_: str, out: str | None) -> None:
+    """Draw the entity graph (you, the people, places and things you mentioned).
+
+    \b
+    Example:
+      elastimem graph --as dot | dot -Tsvg > graph.svg
+      elastimem graph --as html -o graph.html
+    """
+    try:
+        from . import graph_view
+
+        render: Callable[[Any], str] = getattr(graph_view, f"render_{as_}")
+    except (ImportError, AttributeError) as exc:
+        raise click.ClickException(f"this elastimem cannot draw graphs ({exc})") from exc
+    with state.store() as mem, mem._db.read() as conn:
+        text = render(conn)
+    if out and out != "-":
+        try:
+            Path(out).expanduser().write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out} ({exc.strerror})") from exc
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+def _llm_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--llm-key", envvar="ELASTIMEM_LLM_API_KEY", metavar="KEY",
+                      help="API key for the endpoint, if it needs one "
+                      "[env: ELASTIMEM_LLM_API_KEY].")(fn)  # fmt: skip
+    fn = click.option("--llm-model", envvar="ELASTIMEM_LLM_MODEL", metavar="NAME",
+                      help="Model name at that endpoint "
+                      "[env: ELASTIMEM_LLM_MODEL].")(fn)  # fmt: skip
+    fn = click.option("--llm-url", envvar="ELASTIMEM_LLM_URL", metavar="URL",
+                      help="OpenAI-compatible endpoint for extraction and summaries, e.g. "
+                      "http://127.0.0.1:8080/v1 [env: ELASTIMEM_LLM_URL].")(fn)  # fmt: skip
+    return fn
+
+
+def _make_llm(url: str | None, model: str | None, key: str | None) -> Any:
+    if not url:
+        return None
+    from .llms import openai_compatible
+
+    # Local servers (llama.cpp, Ollama's OpenAI endpoint) often ignore the model name.
+    return openai_compatible(url, model or "default", key or None)
+
+
+@main.command(name="serve-mcp")
+@_llm_options
+@click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
+@pass_state
+def serve_mcp(state: CliState, llm_url: str | None, llm_model: str | None, llm_key: str | None,
+              no_embedder: bool) -> None:  # fmt: skip
+    """Serve this store to an MCP client (Claude Desktop, IDEs, agents) over stdio.
+
+    Needs the extra: pip install 'elastimem[mcp]'. Tools: remember, recall, forget, facts,
+    timeline, add_lesson, record_turn, build_context. Logs go to stderr.
+
+    \b
+    Example:
+      elastimem --db ~/agent-memory.db serve-mcp --llm-url http://127.0.0.1:8080/v1
+    """
+    from .mcp_server import MissingExtraError, configure_stderr_logging, load_sdk, serve
+
+    try:
+        load_sdk()
+    except MissingExtraError as exc:
+        raise click.ClickException(str(exc)) from exc
+    configure_stderr_logging(state.verbose)
+    try:
+        serve(
+            state.db_path(),
+            llm=_make_llm(llm_url, llm_model, llm_key),
+            tier=state.tier,
+            builtin_embedder=not no_embedder,
+        )
+    except ElastimemError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+
 def load_demo_conversation() -> dict[str, Any]:
     text = resources.files("elastimem").joinpath("data/demo_conversation.json").read_text("utf-8")
     data: dict[str, Any] = json.loads(text)
@@ -296,9 +578,7 @@ def load_demo_conversation() -> dict[str, Any]:
 @main.command()
 @click.option("--db", "demo_db", metavar="PATH", help="Keep the demo store here "
               "(default: a temporary store, deleted afterwards).")  # fmt: skip
-@click.option("--llm-url", envvar="ELASTIMEM_LLM_URL", help="OpenAI-compatible endpoint.")
-@click.option("--llm-model", envvar="ELASTIMEM_LLM_MODEL", help="Model name at that endpoint.")
-@click.option("--llm-key", envvar="ELASTIMEM_LLM_API_KEY", help="API key, if it needs one.")
+@_llm_options
 @click.option("--no-embedder", is_flag=True, help="Skip the built-in embedder (keyword only).")
 @pass_state
 def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: str | None,
@@ -311,46 +591,92 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
       elastimem demo --db /tmp/demo.db --llm-url http://127.0.0.1:8080/v1 --llm-model qwen
     """
     data = load_demo_conversation()
-    kw: dict[str, Any] = {"disable_builtin_embedder": no_embedder}
-    if llm_url:
-        from .llms import openai_compatible
-
-        kw["llm"] = openai_compatible(llm_url, llm_model or "default", llm_key)
+    kw: dict[str, Any] = {"builtin_embedder": not no_embedder}
+    llm = _make_llm(llm_url, llm_model, llm_key)
+    if llm is not None:
+        kw["llm"] = llm
+    # Only an explicit --db (the demo's own or the global flag) keeps the store; the
+    # ELASTIMEM_DB variable is ignored so the demo never writes into a real store by accident.
+    chosen = demo_db or state.db
     with tempfile.TemporaryDirectory(prefix="elastimem-demo-") as tmp:
-        target = demo_db or str(Path(tmp) / "demo.db")
-        state_for_demo = dataclasses.replace(state, db=target)
-        with state_for_demo.store(**kw) as mem:
-            _run_demo(state, mem, data)
+        target = chosen or str(Path(tmp) / "demo.db")
+        with dataclasses.replace(state, db=target).store(**kw) as mem:
+            _run_demo(mem, data, kept=chosen is not None, llm=llm)
 
 
-def _run_demo(state: CliState, mem: Any, data: dict[str, Any]) -> None:
-    say: Callable[[str], None] = click.echo
-    total = sum(len(s["turns"]) for s in data["sessions"])
-    say(f"Store: {mem.path}")
-    with click.progressbar(length=total, label="Ingesting sample conversation",
-                           file=sys.stderr) as bar:  # fmt: skip
-        for session in data["sessions"]:
+def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
+    say = click.echo
+    sessions = data["sessions"]
+    turns = sum(len(s["turns"]) for s in sessions)
+    say(click.style("elastimem demo", bold=True) + " - three short conversations, remembered\n")
+    _field("Store", mem.path + ("" if kept else "  (temporary, deleted afterwards)"))
+    _field("LLM", f"{llm.model} at {llm.base_url}" if llm is not None
+           else "none: facts come from rules, no summaries")  # fmt: skip
+    if mem.stats()["embedder"] == "not_loaded":
+        click.echo("  Loading the built-in embedder...", err=True)
+    ready = mem.warm_up(timeout=DEMO_WAIT_SECONDS)
+    label = mem.stats()["embedding_model"]
+    _field("Embedder", label if ready and label else
+           "none: recall uses keyword search (install elastimem[embed] for meaning)")  # fmt: skip
+    with click.progressbar(length=turns, label=f"  Recording {turns} turns in {len(sessions)} "
+                           "sessions", file=sys.stderr) as bar:  # fmt: skip
+        for session in sessions:
             mem.begin_session(session.get("host_tag"), at=session["started_at"])
             for index, (user, assistant) in enumerate(session["turns"]):
-                at = _plus_minutes(session["started_at"], 2 * index)
-                mem.record_turn(user, assistant, at=at)
+                mem.record_turn(user, assistant, at=_plus_minutes(session["started_at"], 2 * index))
                 bar.update(1)
             mem.end_session(wait=False)
-    ready = mem.warm_up(timeout=120.0)
-    mem.drain(timeout=120.0)
+    mem.drain(timeout=DEMO_WAIT_SECONDS)
     stats = mem.stats()
-    say(f"\nEmbedder: {stats['embedding_model'] or 'none'} ({stats['embedder']}); "
-        f"{stats['embedded_chunks']}/{stats['chunks']} chunks embedded"
-        + ("" if ready else "; recall is keyword-only"))  # fmt: skip
-    say("\n== Facts learned ==")
-    emit(state, mem.facts())
+    _field("Stored", f"{stats['messages']} messages, {stats['chunks']} chunks "
+           f"({stats['embedded_chunks']} with vectors), {stats['facts']} facts")  # fmt: skip
+
+    _heading("Facts learned")
+    known = mem.facts()
+    width = max((len(k) for k in known), default=0)
+    for key, value in known.items():
+        say(f"  {key.ljust(width)}  {value}")
+    if not known:
+        say("  (none)")
+
+    columns = shutil.get_terminal_size((100, 24)).columns
     for question in data["questions"]:
-        say(f"\n== recall({question!r}) ==")
-        for hit in mem.recall(question, k=2):
-            say(f"[{hit.date}] {hit.kind} {hit.score:.3f}  " + " ".join(hit.text.split()))
+        _heading(f"recall({question!r})")
+        hits = mem.recall(question, k=2)
+        for rank, hit in enumerate(hits, start=1):
+            prefix = f"  {rank}. [{hit.date}] {hit.kind:<5} {hit.score:.2f}  "
+            text = " ".join(hit.text.split())
+            say(prefix + _clip(text, max(30, columns - len(prefix) - 1)))
+        if not hits:
+            say("  (no hits)")
+
     query = data["context_query"]
-    say(f"\n== build_context({query!r}).render() ==")
-    say(mem.build_context(query).render())
+    _heading(f"build_context({query!r}).render()")
+    rendered = mem.build_context(query).render()
+    for line in (rendered or "(empty)").splitlines():
+        say(f"  | {line}" if line else "  |")
+
+    question = data["questions"][0]
+    if kept:
+        say("\nExplore this store:")
+        say(f'  elastimem --db {mem.path} recall "{question}"')
+        say(f"  elastimem --db {mem.path} --format table facts")
+    else:
+        say("\nKeep a demo store to explore it:")
+        say("  elastimem demo --db demo.db")
+        say(f'  elastimem --db demo.db recall "{question}"')
+
+
+def _field(name: str, value: str) -> None:
+    click.echo(f"  {click.style(name.ljust(10), bold=True)}{value}")
+
+
+def _heading(text: str) -> None:
+    click.echo("\n" + click.style(text, bold=True, fg="cyan"))
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _plus_minutes(at: str, minutes: int) -> str:

@@ -266,6 +266,15 @@ class Database:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def writer_connection(self) -> sqlite3.Connection:
+        """The writer outside ``atomic()``, for statements no transaction may hold
+        (``PRAGMA secure_delete``, ``VACUUM``, checkpoints). The caller holds ``lock``."""
+        if self._closed:
+            raise StoreError(f"{self.path} is closed")
+        if self._depth:
+            raise StoreError(f"{self.path}: the writer is inside atomic(); finish it first")
+        return self._writer
+
     @property
     def lock(self) -> threading.RLock:
         return self._lock

@@ -1,15 +1,25 @@
-"""Per-user stores: one file per user under a root folder (SPEC §1.3)."""
+"""Per-user stores: one file per user under a root folder (SPEC §1.3).
+
+``open_user(root, user_id)`` opens ``<root>/<user_id>.db``. The id becomes a file name, so it
+is checked before any file access: a strict character pattern (no separators, no NUL, no
+leading dot, so no ``..`` or absolute path), no Windows device name (``con``, ``nul.txt``…),
+and the resolved file must sit directly in the resolved root (which also defeats a symlink
+planted under the root). The root is created private (0o700). Each file records its owner in
+``meta.user_id`` and refuses to open under another id, so a renamed or copied file is caught.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
-USER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ROOT_MODE = 0o700
 _WINDOWS_DEVICES = frozenset(
     {"con", "prn", "aux", "nul"}
     | {f"com{i}" for i in range(1, 10)}
@@ -24,9 +34,56 @@ def check_user_id(user_id: object) -> str:
             f"user_id={user_id!r} is invalid; use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
+    # Windows maps a device name to the device whatever its extension ("nul.tar.gz").
     if user_id in (".", "..") or user_id.split(".")[0].casefold() in _WINDOWS_DEVICES:
         raise ConfigError(f"user_id={user_id!r} is a reserved name; choose another id")
     return user_id
+
+
+def _root(root_dir: object) -> Path:
+    if not isinstance(root_dir, (str, os.PathLike)):
+        raise ConfigError(f"root_dir={root_dir!r} is invalid; pass a folder path")
+    raw = os.fspath(root_dir)
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise ConfigError(f"root_dir={root_dir!r} is invalid; pass a non-empty folder path")
+    root = Path(os.path.expanduser(raw))
+    if not root.exists():
+        try:
+            root.mkdir(mode=ROOT_MODE, parents=True, exist_ok=True)
+            # mkdir's mode is filtered by the umask; the users' folder must be private.
+            os.chmod(root, ROOT_MODE)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the user folder {root} ({exc.strerror}); choose a writable path"
+            ) from exc
+    elif not root.is_dir():
+        raise ConfigError(f"root_dir={raw!r} is not a folder; pass the folder holding user stores")
+    return root
+
+
+def _recorded_user(path: Path) -> str | None:
+    """``meta.user_id`` of an existing store, read without writing anything.
+
+    ``immutable=1`` reads only the main file (no locks, no ``-wal``/``-shm`` created). A value
+    still in another process's WAL is missed here and caught by the check after opening.
+    """
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
+    except (sqlite3.Error, ValueError):
+        return None
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'user_id'").fetchone()
+    except sqlite3.Error:
+        return None  # not a store yet, or unreadable: the normal open decides
+    finally:
+        conn.close()
+    return str(row[0]) if row else None
+
+
+def _mismatch(path: Path, recorded: str, user_id: str) -> ConfigError:
+    return ConfigError(
+        f"{path} belongs to user {recorded!r}, not {user_id!r}; check the root folder and the id"
+    )
 
 
 def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
@@ -35,16 +92,15 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
     from .store import Elastimem
 
     check_user_id(user_id)
-    if not isinstance(root_dir, (str, os.PathLike)):
-        raise ConfigError(f"root_dir={root_dir!r} is invalid; pass a folder path")
-    root = Path(os.path.expanduser(os.fspath(root_dir)))
-    try:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the user folder {root} ({exc.strerror})") from exc
+    root = _root(root_dir)
     target = (root / f"{user_id}.db").resolve()
     if target.parent != root.resolve():
         raise ConfigError(f"user_id={user_id!r} would escape the root folder {root}")
+    if target.exists():
+        # Refuse another user's file before opening it (opening recovers and writes).
+        recorded = _recorded_user(target)
+        if recorded is not None and recorded != user_id:
+            raise _mismatch(target, recorded, user_id)
     store = Elastimem(target, **kw)
     try:
         with store._db.atomic() as conn:
@@ -52,9 +108,7 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
             if recorded is None:
                 set_meta(conn, "user_id", user_id)
             elif recorded != user_id:
-                raise ConfigError(
-                    f"{target} belongs to user {recorded!r}, not {user_id!r}; check the root"
-                )
+                raise _mismatch(target, recorded, user_id)
     except BaseException:
         store.close()
         raise

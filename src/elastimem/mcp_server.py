@@ -1,0 +1,271 @@
+"""An MCP server over stdio, so any MCP-capable client can use one elastimem store (§8.2).
+
+``elastimem serve-mcp`` runs it (extra ``mcp``: the official SDK). One ``Elastimem`` is
+opened per process and closed when the client disconnects, on Ctrl-C and on SIGTERM. The
+eight tools are thin wrappers over the Python API; an argument the SDK's schema check or
+elastimem's own validation rejects comes back as a tool error (``isError``), and no tool call
+can stop the server. stdout carries only the protocol: logs go to stderr.
+
+This module deliberately has no ``from __future__ import annotations``: the SDK builds each
+tool's JSON schema from its *runtime* annotations, and the tool functions are defined inside
+``build_server`` (their types come from pydantic, which is only importable with the extra).
+"""
+
+import dataclasses
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from .errors import ElastimemError
+
+logger = logging.getLogger("elastimem")
+
+SERVER_NAME = "elastimem"
+MISSING_EXTRA_MESSAGE = (
+    "the MCP server needs the official MCP SDK; install it with: pip install 'elastimem[mcp]'"
+)
+MAX_RECALL_K = 50
+INSTRUCTIONS = (
+    "Long-term memory about the user, kept across conversations. Call build_context at the "
+    "start of a reply to get what is known (facts, relevant past moments, previous sessions, "
+    "lessons); call recall to search past conversations and facts; call remember when the "
+    "user states a durable fact or preference; call record_turn after each exchange so it "
+    "can be recalled later; call timeline to see how a fact changed over time."
+)
+
+
+class MissingExtraError(RuntimeError):
+    """The ``mcp`` package is not installed (``pip install 'elastimem[mcp]'``)."""
+
+
+def load_sdk() -> tuple[Any, type[Exception]]:
+    """The SDK's high-level server class and its ``ToolError`` (mcp 2.x, else 1.x)."""
+    import importlib
+
+    # mcp 2.x renamed FastMCP to MCPServer; importing the old module raises there.
+    for module_name, class_name in (
+        ("mcp.server.mcpserver", "MCPServer"),
+        ("mcp.server.fastmcp", "FastMCP"),
+    ):
+        try:
+            module = importlib.import_module(module_name)
+            errors = importlib.import_module(module_name + ".exceptions")
+        except ImportError:
+            continue
+        return getattr(module, class_name), errors.ToolError
+    raise MissingExtraError(MISSING_EXTRA_MESSAGE)
+
+
+def build_server(mem: Any) -> Any:
+    """An MCP server object exposing ``mem`` through the eight tools of SPEC §8.2."""
+    server_class, tool_error = load_sdk()
+    from typing import Annotated, Literal
+
+    from pydantic import Field, StrictFloat, StrictInt, StrictStr
+
+    def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # Elastimem's own argument errors (ConfigError) and runtime errors become tool errors
+        # with their one-sentence message; the SDK turns any other exception into one too.
+        try:
+            return fn(*args, **kwargs)
+        except ElastimemError as exc:
+            raise tool_error(str(exc)) from exc
+
+    server = server_class(SERVER_NAME, instructions=INSTRUCTIONS)
+
+    @server.tool(
+        description="Store a durable fact about the user under a short key (e.g. "
+        "favorite_color = teal). A new value for an existing key becomes a new version; "
+        "the old one stays in the history. Returns {changed, reason}."
+    )
+    def remember(
+        key: Annotated[
+            StrictStr,
+            Field(
+                description="Fact name; normalised to snake_case, e.g. 'favorite color' "
+                "becomes favorite_color.",
+                min_length=1,
+                max_length=200,
+            ),
+        ],
+        value: Annotated[
+            StrictStr | StrictInt | StrictFloat,
+            Field(description="The value, at most 500 characters (numbers are stored as text)."),
+        ],
+        source: Annotated[
+            Literal["explicit", "auto", "rule", "import"],
+            Field(
+                description="explicit: the user said it (default). auto: you inferred it "
+                "(checked by guards, may be quarantined). import: copied from elsewhere."
+            ),
+        ] = "explicit",
+    ) -> dict[str, Any]:
+        changed, reason = call(mem.remember, key, value, source)
+        return {"changed": changed, "reason": reason}
+
+    @server.tool(
+        description="Search long-term memory (past conversation chunks and facts) by keyword "
+        "and meaning. Returns hits, best first: {kind, text, date, score, session_id, id, "
+        "created_at, first_msg_id, last_msg_id}."
+    )
+    def recall(
+        query: Annotated[StrictStr, Field(description="What to look for, in plain words.")],
+        k: Annotated[int, Field(description="How many hits to return.", ge=0, le=MAX_RECALL_K)] = 5,
+        kinds: Annotated[
+            list[Literal["chunk", "fact"]] | None,
+            Field(
+                description="Only these kinds of hit: 'chunk' (conversation excerpts) "
+                "and/or 'fact'. Default: both."
+            ),
+        ] = None,
+    ) -> list[dict[str, Any]]:
+        hits = call(mem.recall, query, k, kinds=kinds)
+        return [dataclasses.asdict(hit) for hit in hits]
+
+    @server.tool(
+        description="Stop using a fact (for example when the user says it is no longer "
+        "true). Its history is kept. Returns {forgotten}: false if the key had no live value."
+    )
+    def forget(
+        key: Annotated[StrictStr, Field(description="The fact key to forget.", min_length=1)],
+    ) -> dict[str, Any]:
+        return {"forgotten": bool(call(mem.forget, key))}
+
+    @server.tool(description="Every fact currently known about the user, as {key: value}.")
+    def facts() -> dict[str, str]:
+        return dict(call(mem.facts))
+
+    @server.tool(
+        description="How one fact changed over time: finds the fact a question is about (a "
+        "key such as 'location', or words like 'where did I live') and returns "
+        "{query, key, resolved_by, versions} with every version, oldest first."
+    )
+    def timeline(
+        query: Annotated[StrictStr, Field(description="A fact key or a question about one.")],
+    ) -> dict[str, Any]:
+        result = call(mem.timeline, query)
+        return {
+            "query": result.query,
+            "key": result.key,
+            "resolved_by": result.resolved_by,
+            "versions": [dataclasses.asdict(v) for v in result.versions],
+        }
+
+    @server.tool(
+        description="Save a short lesson learned from a mistake (e.g. 'Ask before booking "
+        "anything'), shown in future contexts. Returns {added}."
+    )
+    def add_lesson(
+        text: Annotated[StrictStr, Field(description="The lesson, one sentence.", min_length=1)],
+        tag: Annotated[
+            StrictStr | None, Field(description="Optional topic tag for the lesson.")
+        ] = None,
+    ) -> dict[str, Any]:
+        return {"added": bool(call(mem.add_lesson, text, tag))}
+
+    @server.tool(
+        description="Record one exchange (the user's message and your reply) so it can be "
+        "recalled in later conversations; simple facts it states are captured. Returns {ok}."
+    )
+    def record_turn(
+        user_text: Annotated[StrictStr, Field(description="What the user said.")],
+        assistant_text: Annotated[StrictStr, Field(description="What you replied.")],
+    ) -> dict[str, Any]:
+        call(mem.record_turn, user_text, assistant_text)
+        return {"ok": True}
+
+    @server.tool(
+        description="Everything memory holds that is relevant to the next reply, fitted to "
+        "a token budget: `rendered` is ready to paste into a prompt; also returns the "
+        "separate sections, rolling_summary, keep_last_n_turns and token counts."
+    )
+    def build_context(
+        user_input: Annotated[
+            StrictStr, Field(description="The user's latest message (may be empty).")
+        ] = "",
+    ) -> dict[str, Any]:
+        plan = call(mem.build_context, user_input)
+        return {
+            "rendered": plan.render(),
+            "sections": dict(plan.sections),
+            "rolling_summary": plan.rolling_summary,
+            "keep_last_n_turns": plan.keep_last_n_turns,
+            "tokens": dict(plan.tokens),
+        }
+
+    return server
+
+
+def serve(
+    db_path: str,
+    *,
+    llm: Callable[..., str] | None = None,
+    tier: str | None = None,
+    builtin_embedder: bool = True,
+) -> None:
+    """Run the server on stdin/stdout until the client disconnects or SIGTERM/SIGINT."""
+    load_sdk()  # fail before opening the store when the extra is missing
+    from .store import Elastimem
+
+    kw: dict[str, Any] = {"llm": llm, "disable_builtin_embedder": not builtin_embedder}
+    if tier:
+        kw["tier_override"] = tier
+    # The handler is in place before the store opens, so a SIGTERM at any point after this
+    # line unwinds through the ``finally`` that closes it.
+    with _sigterm_stops():
+        try:
+            mem = Elastimem(db_path, **kw)
+        except KeyboardInterrupt:
+            return
+        try:
+            server = build_server(mem)
+            logger.info("elastimem MCP server ready on stdio (store %s)", mem.path)
+            server.run("stdio")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            mem.close()
+            logger.info("elastimem MCP server stopped; store closed")
+
+
+class _Terminated(KeyboardInterrupt):
+    """Raised by the SIGTERM handler so the event loop unwinds like on Ctrl-C."""
+
+
+@contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """Turn the first SIGTERM into ``_Terminated``; ignore repeats while shutting down."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or not hasattr(signal, "SIGTERM"):
+        yield
+        return
+    fired = False
+
+    def stop(signum: int, frame: Any) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def configure_stderr_logging(verbose: bool) -> None:
+    """Send elastimem's log records to stderr only (stdout is the protocol channel)."""
+    log = logging.getLogger("elastimem")
+    if not any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
+        handler._elastimem_stderr = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    # The SDK configures the root logger too; one stderr line per record is enough.
+    log.propagate = False
+    log.setLevel(logging.INFO if verbose else logging.WARNING)

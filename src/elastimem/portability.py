@@ -1,0 +1,751 @@
+"""Erase, export and import: the user's handles on their own memory (SPEC §5.16).
+
+**Erase** deletes a fact key's whole history, or a session with everything derived from it
+(messages, chunks, vectors, FTS rows, jobs, graph provenance and, on request, the facts learned
+in it), in one transaction. Deleting rows is not enough for privacy: SQLite leaves deleted
+bytes in free pages, in the slack space of live pages, in FTS5 segments (a deleted document's
+tokens stay in its segment until a merge) and in the ``-wal`` file. So erase runs with
+``PRAGMA secure_delete=ON`` (freed cells and pages are zeroed), merges the FTS segments
+(``'optimize'``), rewrites the file (``VACUUM``, see ``_purge``) and truncates the WAL.
+
+**Export** writes UTF-8 JSON Lines from one read snapshot: a header, one ``{"table","row"}``
+line per row in foreign-key order (BLOBs as base64), and an ``{"table":"_end","rows":N}``
+trailer. FTS tables, ``ann_index``, ``schema_migrations`` and ``events`` are derived or local,
+so they are not exported.
+
+**Import** restores such a file into an empty store, ids included, in one transaction with
+deferred foreign keys. Every line is checked as it is inserted; any problem raises
+``ImportFormatError`` naming the line, and the rollback leaves the target as it was.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import logging
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import IO, Any
+
+from . import db, migrations
+from .background import Services
+from .clock import now_ts
+from .episodic import close_session
+from .errors import ConfigError, ImportFormatError, StoreError
+from .text import normalize_key, sanitize
+
+logger = logging.getLogger("elastimem")
+
+EXPORT_FORMAT = "elastimem-export"
+FORMAT_VERSION = 1
+END_TABLE = "_end"
+# Foreign-key order: every table comes after the tables it references (facts.invalidated_by
+# points forward within facts, which is why import defers the foreign-key checks).
+EXPORT_TABLES = (
+    "meta",
+    "sessions",
+    "messages",
+    "chunks",
+    "facts",
+    "fact_reviews",
+    "lessons",
+    "quarantine",
+    "graph_nodes",
+    "graph_edges",
+    "graph_mentions",
+    "graph_merge_reviews",
+    "jobs",
+)
+# The rest of meta is local state (counters, FTS and embedder bookkeeping) rebuilt on import.
+EXPORTED_META_KEYS = ("created_at", "created_by", "user_id")
+_ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id"}
+FTS_TABLES = ("chunks_fts", "facts_fts")
+# What erase reports, in this order.
+ERASE_COUNT_KEYS = (
+    "facts",
+    "fact_keys",
+    "sessions",
+    "messages",
+    "chunks",
+    "vectors",
+    "graph_edges",
+    "graph_nodes",
+    "graph_mentions",
+    "quarantine",
+    "jobs",
+)
+# Progress callbacks fire every this many imported rows (and once at the end).
+PROGRESS_EVERY = 500
+# A TRUNCATE checkpoint waits busy_timeout for other processes' readers; retry a few times
+# before warning that the -wal may still hold erased bytes.
+CHECKPOINT_ATTEMPTS = 3
+CHECKPOINT_RETRY_SECONDS = 0.2
+# Non-seekable import streams (stdin) are spooled to disk beyond this size.
+SPOOL_BYTES = 16 * 1024 * 1024
+
+Progress = Callable[[int, int], None]
+
+
+# -- erase -------------------------------------------------------------------------------------
+
+
+def erase(
+    services: Services, *, key: str | None, session_id: int | None, include_facts: bool
+) -> dict[str, int]:
+    """Erase a fact key (already normalised) or a session, and purge the bytes (§5.16)."""
+    database = services.db
+    counts = dict.fromkeys(ERASE_COUNT_KEYS, 0)
+    fts_touched: set[str] = set()
+    # Hold the write lock across the whole sequence so the pragma window, the erase, the FTS
+    # merge and the file rewrite are not interleaved with other writes of this process.
+    with database.lock, _secure_delete(database):
+        with database.atomic() as conn:
+            if key is not None:
+                _erase_keys(conn, [key], counts)
+            elif session_id is not None:
+                _erase_session(conn, session_id, include_facts, counts)
+            if counts["facts"]:
+                fts_touched.add("facts_fts")
+            if counts["chunks"]:
+                fts_touched.add("chunks_fts")
+            if any(counts.values()):
+                db.bump_meta(conn, "writes_since_consolidation")
+            db.log_event(conn, "erase", **counts)
+        if any(counts.values()):
+            _purge(database, fts_touched)
+    if any(counts.values()):
+        # Cached query vectors are keyed by the query text, which may quote what was erased.
+        services.embedding.query_cache.clear()
+    return counts
+
+
+@contextmanager
+def _secure_delete(database: db.Database) -> Iterator[None]:
+    """``secure_delete`` on the writer connection for the duration (outside transactions).
+
+    The pragma cannot change inside a transaction, so it is set on the writer connection
+    itself, under the write lock the caller holds.
+    """
+    writer = _writer(database)
+    try:
+        writer.execute("PRAGMA secure_delete = ON")
+    except sqlite3.Error as exc:
+        raise db.translate_error(exc, database.path, "erase from") from exc
+    try:
+        yield
+    finally:
+        try:
+            writer.execute("PRAGMA secure_delete = OFF")
+        except sqlite3.Error as exc:  # a closed or broken connection: nothing to restore
+            logger.debug("could not reset secure_delete: %s", exc)
+
+
+def _writer(database: db.Database) -> sqlite3.Connection:
+    # The writer connection outside atomic(): needed for pragmas and statements that cannot
+    # run inside a transaction (secure_delete, VACUUM, wal_checkpoint). Callers hold the lock.
+    return database.writer_connection()
+
+
+def _erase_keys(conn: sqlite3.Connection, keys: list[str], counts: dict[str, int]) -> None:
+    """Every version of each key, its merge reviews and its quarantine rows."""
+    wanted = {k for k in keys if k}
+    if not wanted:
+        return
+    quarantined = [
+        int(row[0])
+        for row in conn.execute("SELECT id, key FROM quarantine WHERE key IS NOT NULL")
+        if row[1] in wanted or normalize_key(str(row[1])) in wanted
+    ]
+    for quarantine_id in quarantined:
+        conn.execute("DELETE FROM quarantine WHERE id = ?", (quarantine_id,))
+    counts["quarantine"] += len(quarantined)
+    for key in sorted(wanted):
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM facts WHERE key = ?", (key,))]
+        if not ids:
+            continue
+        marks = ",".join("?" * len(ids))
+        conn.execute(
+            f"DELETE FROM fact_reviews WHERE old_fact_id IN ({marks}) "
+            f"OR new_fact_id IN ({marks}) OR result_fact_id IN ({marks})",
+            (*ids, *ids, *ids),
+        )
+        counts["facts"] += conn.execute("DELETE FROM facts WHERE key = ?", (key,)).rowcount
+        counts["fact_keys"] += 1
+
+
+def _erase_session(
+    conn: sqlite3.Connection, session_id: int, include_facts: bool, counts: dict[str, int]
+) -> None:
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        return
+    close_session(conn, session_id)  # a no-op for an ended session
+    if include_facts:
+        keys = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT DISTINCT key FROM facts WHERE origin_session_id = ?", (session_id,)
+            )
+        ]
+        _erase_keys(conn, keys, counts)
+
+    in_chunks = "(SELECT id FROM chunks WHERE session_id = :s)"
+    params = {"s": session_id}
+    counts["messages"] = _count(conn, "SELECT count(*) FROM messages WHERE session_id = :s", params)
+    counts["chunks"] = _count(conn, "SELECT count(*) FROM chunks WHERE session_id = :s", params)
+    counts["vectors"] = _count(
+        conn, "SELECT count(*) FROM chunks WHERE session_id = :s AND embedding IS NOT NULL", params
+    )
+    # Nodes known only from this session's chunks (every one of their mentions is here).
+    noted = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT m.node_id FROM graph_mentions m JOIN graph_nodes n ON n.id = m.node_id "
+            "WHERE n.type <> 'self' GROUP BY m.node_id "
+            f"HAVING sum(m.chunk_id IN {in_chunks}) = count(*)",
+            params,
+        )
+    ]
+    counts["graph_edges"] = conn.execute(
+        f"DELETE FROM graph_edges WHERE source_chunk_id IN {in_chunks}", params
+    ).rowcount
+    counts["graph_mentions"] = conn.execute(
+        f"DELETE FROM graph_mentions WHERE chunk_id IN {in_chunks}", params
+    ).rowcount
+    for node_id in noted:
+        row = conn.execute(
+            "SELECT type, canonical_name FROM graph_nodes WHERE id = ? AND NOT EXISTS "
+            "(SELECT 1 FROM graph_edges WHERE source_node = ? OR target_node = ?)",
+            (node_id, node_id, node_id),
+        ).fetchone()
+        if row is None:
+            continue  # still linked by an edge from another session: it stays
+        conn.execute("DELETE FROM graph_nodes WHERE id = ?", (node_id,))
+        # A merge verdict about a node that no longer exists would keep its name.
+        conn.execute(
+            "DELETE FROM graph_merge_reviews WHERE (type_a = ? AND name_a = ?) "
+            "OR (type_b = ? AND name_b = ?)",
+            (row[0], row[1], row[0], row[1]),
+        )
+        counts["graph_nodes"] += 1
+    if counts["graph_edges"] or counts["graph_mentions"] or counts["graph_nodes"]:
+        db.bump_meta(conn, "graph.gen")
+    counts["jobs"] = conn.execute("DELETE FROM jobs WHERE session_id = :s", params).rowcount
+    # The cascade removes messages and chunks; the chunk triggers remove their FTS rows.
+    counts["sessions"] = conn.execute("DELETE FROM sessions WHERE id = :s", params).rowcount
+    # The in-memory matrices drop their rows on the next query; the HNSW snapshot may hold
+    # these vectors, so it goes too (it is a cache, rebuilt later).
+    db.bump_meta(conn, "vectors.gen")
+    conn.execute("DELETE FROM ann_index")
+
+
+def _count(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> int:
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def _purge(database: db.Database, fts_touched: set[str]) -> None:
+    """Remove the erased bytes from the FTS segments, the file's free space and the WAL.
+
+    secure_delete zeroes only what is deleted while it is on. Measured on SQLite 3.40 with a
+    host embedder and a busy workload (long turns, vectors written by the worker while more
+    turns arrived): in about one erase in ten, secure_delete + FTS 'optimize' + a TRUNCATE
+    checkpoint still left an older copy of an erased chunk row in the unused space of a live
+    ``chunks`` page, written there by page rewrites long before the erase. Only rewriting
+    every page removes such copies, so erase ends with ``VACUUM`` (see
+    ``test_erase_leaves_no_copy_after_a_busy_workload``). Its cost is proportional to the
+    file size, and it needs free disk space about the size of the store for its temporary
+    copy. The FTS merge comes first because VACUUM copies FTS segments as they are, deleted
+    documents' tokens included.
+    """
+    if database.is_memory:
+        return
+    writer = _writer(database)
+    if database.fts_enabled:
+        for table in FTS_TABLES:
+            if table in fts_touched:
+                with database.atomic() as conn:
+                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+    else:
+        _clear_stale_fts(database)
+    try:
+        writer.execute("VACUUM")
+    except sqlite3.Error as exc:
+        logger.warning(
+            "erase removed the rows, but %s could not be rewritten (%s); erased text may stay "
+            "in the file's free space until a later erase or VACUUM succeeds",
+            database.path, exc,
+        )  # fmt: skip
+    for attempt in range(CHECKPOINT_ATTEMPTS):
+        try:
+            busy = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except sqlite3.Error as exc:
+            busy = (1, str(exc))
+        if not busy or not busy[0]:
+            return
+        if attempt + 1 < CHECKPOINT_ATTEMPTS:
+            time.sleep(CHECKPOINT_RETRY_SECONDS)
+    logger.warning(
+        "erase could not truncate %s-wal because another process is reading the store; the "
+        "erased text leaves the -wal at the next checkpoint",
+        database.path,
+    )
+
+
+def _clear_stale_fts(database: db.Database) -> None:
+    """With FTS off, the kept FTS tables are stale copies of old rows: empty their storage.
+
+    They cannot be maintained without the FTS5 module, and the next open that has FTS5
+    drops, recreates and rebuilds them from ``chunks`` and ``facts`` (``fts.state`` is not
+    ``on``). So the index segments and term pages are deleted from the plain shadow tables;
+    only the averages (rowid 1) and structure (rowid 10) records stay, holding no text,
+    because FTS5 reads them to connect to (and so to drop) the table.
+    """
+    with database.atomic() as conn:
+        names = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
+        for table in FTS_TABLES:
+            if f"{table}_data" in names:
+                conn.execute(f'DELETE FROM "{table}_data" WHERE id NOT IN (1, 10)')
+            for suffix in ("_idx", "_docsize"):
+                if table + suffix in names:
+                    conn.execute(f'DELETE FROM "{table}{suffix}"')
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+def export(services: Services, path_or_file: Any) -> dict[str, int]:
+    """Write the store as JSON Lines to a path or a file object; returns rows per table."""
+    from . import __version__
+
+    if isinstance(path_or_file, (str, os.PathLike)):
+        target = os.path.expanduser(os.fspath(path_or_file))
+        folder = os.path.dirname(os.path.abspath(target))
+        # Write beside the target and rename at the end, so a failed export never leaves a
+        # half-written file under the requested name.
+        try:
+            fd, temp = tempfile.mkstemp(prefix=".elastimem-export-", dir=folder)
+        except OSError as exc:
+            raise StoreError(f"cannot write the export to {target} ({exc.strerror})") from exc
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                counts = _export_to(services, _ByteSink(handle), __version__)
+            os.replace(temp, target)
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(temp)
+            raise
+        return counts
+    if not hasattr(path_or_file, "write"):
+        raise ImportFormatError(
+            f"cannot export to {path_or_file!r}; pass a file path or a writable file object"
+        )
+    return _export_to(services, _ByteSink(path_or_file), __version__)
+
+
+class _ByteSink:
+    """Writes UTF-8 lines to a binary or a text file object."""
+
+    def __init__(self, handle: IO[Any]) -> None:
+        self._handle = handle
+        self._binary: bool | None = None
+        if isinstance(handle, io.TextIOBase):
+            self._binary = False
+        elif isinstance(handle, (io.RawIOBase, io.BufferedIOBase)):
+            self._binary = True
+
+    def write(self, line: str) -> None:
+        if self._binary is None:
+            try:
+                self._handle.write(line)
+                self._binary = False
+                return
+            except TypeError:
+                self._binary = True
+        if self._binary:
+            self._handle.write(line.encode("utf-8"))
+        else:
+            self._handle.write(line)
+
+    def flush(self) -> None:
+        flush = getattr(self._handle, "flush", None)
+        if flush is not None:
+            flush()
+
+
+def _export_to(services: Services, sink: _ByteSink, version: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    try:
+        with services.db.read() as conn:
+            label_row = conn.execute(
+                "SELECT embedding_model FROM chunks WHERE embedding IS NOT NULL "
+                "GROUP BY embedding_model ORDER BY count(*) DESC, embedding_model LIMIT 1"
+            ).fetchone()
+            header = {
+                "format": EXPORT_FORMAT,
+                "format_version": FORMAT_VERSION,
+                "schema_version": migrations.CURRENT_SCHEMA_VERSION,
+                "exported_at": now_ts(),
+                "library_version": version,
+                # The label of the vectors in this file (the most common one), so the
+                # importing side knows which embedder they belong to; None without vectors.
+                "embedding_model": label_row[0] if label_row else None,
+            }
+            sink.write(_dumps(header))
+            total = 0
+            for table in EXPORT_TABLES:
+                columns = _columns(conn, table)
+                blobs = _blob_columns(conn, table)
+                where = ""
+                params: tuple[str, ...] = ()
+                if table == "meta":
+                    where = f" WHERE key IN ({','.join('?' * len(EXPORTED_META_KEYS))})"
+                    params = EXPORTED_META_KEYS
+                order = _ORDER_BY.get(table, "id")
+                quoted = ", ".join(f'"{c}"' for c in columns)
+                cursor = conn.execute(
+                    f'SELECT {quoted} FROM "{table}"{where} ORDER BY {order}', params
+                )
+                n = 0
+                for values in cursor:
+                    row = {
+                        c: (_b64(v) if c in blobs and v is not None else v)
+                        for c, v in zip(columns, values, strict=True)
+                    }
+                    sink.write(_dumps({"table": table, "row": row}))
+                    n += 1
+                counts[table] = n
+                total += n
+            sink.write(_dumps({"table": END_TABLE, "rows": total}))
+        sink.flush()
+    except OSError as exc:
+        raise StoreError(f"the export could not be written ({exc}); check the destination") from exc
+    return counts
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _b64(value: Any) -> str:
+    return base64.b64encode(bytes(value)).decode("ascii")
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def _blob_columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+    return frozenset(
+        str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')
+        if str(r[2]).upper() == "BLOB"
+    )  # fmt: skip
+
+
+# -- import ------------------------------------------------------------------------------------
+
+
+def import_(
+    services: Services, path_or_file: Any, *, progress: Progress | None = None
+) -> dict[str, int]:
+    """Load an export into this (empty) store, all or nothing; returns rows per table."""
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress={progress!r} is not callable; pass a function or None")
+    with _open_input(path_or_file) as (handle, start):
+        total = _count_data_lines(handle)
+        handle.seek(start)
+        return _import_lines(services, handle, total, progress)
+
+
+@contextmanager
+def _open_input(path_or_file: Any) -> Iterator[tuple[IO[bytes], int]]:
+    """A seekable binary handle on the export and the offset where it starts.
+
+    A path is opened; a seekable binary file object is read from its current position; a
+    text stream or a stream that cannot seek (stdin, a pipe) is copied to a spool once.
+    """
+    if isinstance(path_or_file, (str, os.PathLike)):
+        target = os.path.expanduser(os.fspath(path_or_file))
+        try:
+            handle = open(target, "rb")  # noqa: SIM115 - closed by the with below
+        except OSError as exc:
+            raise ImportFormatError(f"cannot read the export {target} ({exc.strerror})") from exc
+        with handle:
+            yield handle, 0
+        return
+    if not hasattr(path_or_file, "read"):
+        raise ImportFormatError(
+            f"cannot import from {path_or_file!r}; pass a file path or a readable file object"
+        )
+    if not isinstance(path_or_file, io.TextIOBase):
+        try:
+            seekable = bool(path_or_file.seekable())
+        except (AttributeError, OSError, ValueError):
+            seekable = False
+        if seekable:
+            yield path_or_file, path_or_file.tell()
+            return
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+        while True:
+            block = path_or_file.read(1 << 16)
+            if not block:
+                break
+            spool.write(block.encode("utf-8") if isinstance(block, str) else bytes(block))
+        spool.seek(0)
+        yield spool, 0
+
+
+def _count_data_lines(handle: IO[bytes]) -> int:
+    """Rows to import, for progress: every line but the header and the trailer."""
+    lines = 0
+    last = b""
+    while True:
+        block = handle.read(1 << 20)
+        if not block:
+            break
+        lines += block.count(b"\n")
+        last = block[-1:]
+    if last and last != b"\n":
+        lines += 1
+    return max(0, lines - 2)
+
+
+class _Importer:
+    """Validates and inserts one export line at a time, inside the caller's transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.columns = {t: frozenset(_columns(conn, t)) for t in EXPORT_TABLES}
+        self.blobs = {t: _blob_columns(conn, t) for t in EXPORT_TABLES}
+        self.counts = dict.fromkeys(EXPORT_TABLES, 0)
+        self.meta: dict[str, str] = {}
+        self.rows = 0
+        self.max_embed_seq = 0
+
+    def header(self, line_no: int, obj: Any) -> None:
+        if not isinstance(obj, dict) or obj.get("format") != EXPORT_FORMAT:
+            raise _bad(line_no, "is not an elastimem export header; export the store with "
+                                "`elastimem export` and import that file")  # fmt: skip
+        version = obj.get("format_version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise _bad(line_no, f"has an unreadable format_version {version!r}")
+        if version > FORMAT_VERSION:
+            raise _bad(line_no, f"was written by a newer elastimem (format_version {version}, "
+                                f"this one reads {FORMAT_VERSION}); upgrade elastimem to "
+                                "import it")  # fmt: skip
+        schema = obj.get("schema_version")
+        if isinstance(schema, bool) or not isinstance(schema, int):
+            raise _bad(line_no, f"has an unreadable schema_version {schema!r}")
+        if schema > migrations.CURRENT_SCHEMA_VERSION:
+            current = migrations.CURRENT_SCHEMA_VERSION
+            raise _bad(line_no, f"holds schema version {schema}, newer than this elastimem's "
+                                f"{current}; upgrade elastimem to import it")  # fmt: skip
+
+    def row(self, line_no: int, obj: Any) -> None:
+        if not isinstance(obj, dict) or set(obj) != {"table", "row"}:
+            raise _bad(line_no, 'is not a {"table", "row"} object')
+        table, row = obj["table"], obj["row"]
+        if table not in self.columns:
+            raise _bad(line_no, f"names an unknown table {table!r}")
+        if not isinstance(row, dict) or not row:
+            raise _bad(line_no, f"has no row object for table {table!r}")
+        allowed = self.columns[table]
+        blobs = self.blobs[table]
+        names: list[str] = []
+        values: list[Any] = []
+        for name, value in row.items():
+            if name not in allowed:
+                raise _bad(line_no, f"names an unknown column {name!r} of table {table!r}")
+            names.append(name)
+            values.append(_import_value(line_no, table, name, value, name in blobs))
+        if table == "meta":
+            self._meta(line_no, dict(zip(names, values, strict=True)))
+        else:
+            quoted = ", ".join(f'"{n}"' for n in names)
+            try:
+                self.conn.execute(
+                    f'INSERT INTO "{table}" ({quoted}) VALUES ({",".join("?" * len(values))})',
+                    values,
+                )
+            except sqlite3.IntegrityError as exc:
+                raise _bad(line_no, f"cannot be stored in {table} ({exc})") from exc
+            if table == "chunks":
+                self._check_vector(line_no, row, values[names.index("embedding")]
+                                   if "embedding" in names else None)  # fmt: skip
+                seq = row.get("embed_seq")
+                if isinstance(seq, int) and not isinstance(seq, bool):
+                    self.max_embed_seq = max(self.max_embed_seq, seq)
+        self.counts[table] += 1
+        self.rows += 1
+
+    def _check_vector(self, line_no: int, row: dict[str, Any], blob: bytes | None) -> None:
+        # A vector whose length disagrees with its dimension would break every vector search
+        # of its label later; refuse it here, where the line number is known.
+        if blob is None:
+            return
+        dim = row.get("embedding_dim")
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or len(blob) != 4 * dim:
+            raise _bad(line_no, f"has a chunk vector of {len(blob)} bytes that does not match "
+                                f"embedding_dim {dim!r} (4 bytes per dimension)")  # fmt: skip
+
+    def _meta(self, line_no: int, row: dict[str, Any]) -> None:
+        key, value = row.get("key"), row.get("value")
+        if key not in EXPORTED_META_KEYS:
+            raise _bad(line_no, f"names a meta key {key!r} that exports never carry")
+        if value is None:
+            raise _bad(line_no, f"has no value for meta key {key!r}")
+        self.meta[str(key)] = str(value)
+
+    def trailer(self, line_no: int, obj: Any) -> None:
+        declared = obj.get("rows") if isinstance(obj, dict) else None
+        if isinstance(declared, bool) or not isinstance(declared, int):
+            raise _bad(line_no, "is an _end trailer without a row count")
+        if declared != self.rows:
+            raise _bad(line_no, f"says the file has {declared} rows but {self.rows} were read; "
+                                "the file is incomplete or was edited")  # fmt: skip
+
+
+def _import_value(line_no: int, table: str, column: str, value: Any, blob: bool) -> Any:
+    if blob:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise _bad(line_no, f"has a non-base64 value in {table}.{column}")
+        try:
+            return base64.b64decode(value.encode("ascii"), validate=True)
+        except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+            raise _bad(line_no, f"has invalid base64 in {table}.{column}") from exc
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return sanitize(value)
+    raise _bad(line_no, f"has a {type(value).__name__} in {table}.{column}, which holds only "
+                        "text, numbers or null")  # fmt: skip
+
+
+def _bad(line_no: int, what: str) -> ImportFormatError:
+    return ImportFormatError(f"line {line_no} of the export {what}")
+
+
+def _lines(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) for each line; malformed or truncated lines raise."""
+    for line_no, raw in enumerate(handle, start=1):
+        text_bytes = raw.rstrip(b"\n").rstrip(b"\r")
+        if not text_bytes.strip():
+            raise _bad(line_no, "is empty; the file is damaged")
+        try:
+            text = text_bytes.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _bad(line_no, "is not valid UTF-8") from exc
+        try:
+            parsed = json.loads(text)
+        except ValueError as exc:
+            cut = "" if raw.endswith(b"\n") else " (the file looks truncated)"
+            raise _bad(line_no, f"is not valid JSON{cut}: {exc}") from exc
+        yield line_no, parsed
+
+
+def _import_lines(
+    services: Services, handle: IO[bytes], total: int, progress: Progress | None
+) -> dict[str, int]:
+    database = services.db
+    with database.atomic() as conn:
+        _require_empty(conn)
+        conn.execute("PRAGMA defer_foreign_keys = ON")
+        # The exported self node replaces ours (keeping its id); derived caches go too.
+        conn.execute(
+            "DELETE FROM graph_nodes WHERE type = 'self' AND canonical_name = ?",
+            (migrations.SELF_NODE_NAME,),
+        )
+        conn.execute("DELETE FROM graph_merge_reviews")
+        conn.execute("DELETE FROM jobs")
+        conn.execute("DELETE FROM ann_index")
+        importer = _Importer(conn)
+        lines = _lines(handle)
+        ended = False
+        last_line = 0
+        for line_no, obj in lines:
+            last_line = line_no
+            if line_no == 1:
+                importer.header(line_no, obj)
+                continue
+            if ended:
+                raise _bad(line_no, "comes after the _end trailer; the file was edited")
+            if isinstance(obj, dict) and obj.get("table") == END_TABLE:
+                importer.trailer(line_no, obj)
+                ended = True
+                continue
+            importer.row(line_no, obj)
+            if progress is not None and importer.rows % PROGRESS_EVERY == 0:
+                progress(importer.rows, max(total, importer.rows))
+        if last_line == 0:
+            raise ImportFormatError("the export is empty; it has no header line")
+        if not ended:
+            raise _bad(last_line, "is the last one, but the _end trailer is missing; the file "
+                                  "is truncated")  # fmt: skip
+        _finish_import(conn, database, importer)
+    if progress is not None:
+        progress(importer.rows, importer.rows)
+    return {t: n for t, n in importer.counts.items()}
+
+
+def _require_empty(conn: sqlite3.Connection) -> None:
+    for table, where in (
+        ("sessions", ""),
+        ("facts", ""),
+        ("lessons", ""),
+        ("quarantine", ""),
+        ("graph_nodes", " WHERE type <> 'self'"),
+    ):
+        if conn.execute(f"SELECT 1 FROM {table}{where} LIMIT 1").fetchone():
+            raise ImportFormatError(
+                f"the target store already holds {table.replace('_', ' ')}; import into a new, "
+                "empty store file"
+            )
+    if conn.execute("SELECT 1 FROM jobs WHERE state = 'running' LIMIT 1").fetchone():
+        raise ImportFormatError(
+            "the target store is still running a background job; wait for it (drain) and retry"
+        )
+
+
+def _finish_import(conn: sqlite3.Connection, database: db.Database, importer: _Importer) -> None:
+    broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+    if broken is not None:
+        table, rowid, parent = broken[0], broken[1], broken[2]
+        raise ImportFormatError(
+            f"the export's {table} row {rowid} refers to a missing {parent} row; the file is "
+            "incomplete or was edited"
+        )
+    if not conn.execute(
+        "SELECT 1 FROM graph_nodes WHERE type = 'self' AND canonical_name = ?",
+        (migrations.SELF_NODE_NAME,),
+    ).fetchone():
+        migrations.ensure_self_node(conn)
+    for key in ("created_at", "created_by"):
+        if key in importer.meta:
+            db.set_meta(conn, key, importer.meta[key])
+    imported_user = importer.meta.get("user_id")
+    if imported_user is not None:
+        recorded = db.get_meta(conn, "user_id")
+        if recorded is not None and recorded != imported_user:
+            raise ImportFormatError(
+                f"the export belongs to user {imported_user!r} but this store records user "
+                f"{recorded!r}; import it into that user's store"
+            )
+        db.set_meta(conn, "user_id", imported_user)
+    if database.fts_enabled:
+        for table in FTS_TABLES:
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+    if importer.max_embed_seq > db.get_meta_int(conn, "vectors.seq"):
+        db.set_meta(conn, "vectors.seq", importer.max_embed_seq)
+    db.bump_meta(conn, "vectors.gen")
+    db.bump_meta(conn, "graph.gen")
+    db.bump_meta(conn, "writes_since_consolidation")
+    db.log_event(conn, "import", rows=importer.rows, **importer.counts)
+
+
+__all__ = ["erase", "export", "import_"]

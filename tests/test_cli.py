@@ -1,0 +1,489 @@
+"""The ``elastimem`` command line (SPEC §8.1).
+
+Most tests run the real console script in a subprocess, the way a user does; click's
+``CliRunner`` is used where in-process access helps (every command's help, a host embedder
+for ``reindex``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+import elastimem
+from elastimem import cli
+
+from .conftest import HashEmbedder
+
+SPEC_COMMANDS = {
+    "stats",
+    "recall",
+    "explain",
+    "facts",
+    "history",
+    "remember",
+    "forget",
+    "erase",
+    "sessions",
+    "export",
+    "import",
+    "reindex",
+    "graph",
+    "serve-mcp",
+    "demo",
+    "path",
+}
+
+
+def script() -> list[str]:
+    """The installed console script, else the module (same entry point)."""
+    found = shutil.which("elastimem", path=str(Path(sys.executable).parent))
+    return [found] if found else [sys.executable, "-m", "elastimem.cli"]
+
+
+def run(
+    *args: str, input: bytes | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    full_env = {**os.environ, "PYTHONIOENCODING": "utf-8", **(env or {})}
+    return subprocess.run(
+        [*script(), *args],
+        input=input,
+        capture_output=True,
+        env=full_env,
+        timeout=timeout,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+def run_json(*args: str, **kw: Any) -> Any:
+    done = run(*args, **kw)
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return str(tmp_path / "cli.db")
+
+
+# -- help --------------------------------------------------------------------------------------
+
+
+def test_the_command_set_is_the_spec_table() -> None:
+    assert set(cli.main.commands) == SPEC_COMMANDS
+
+
+@pytest.mark.parametrize("name", sorted(SPEC_COMMANDS))
+def test_every_command_has_help_ending_with_an_example(name: str) -> None:
+    command = cli.main.commands[name]
+    assert command.help and len(command.help.split("\n", 1)[0]) > 10
+    paragraphs = [p.strip() for p in command.help.strip().split("\n\n")]
+    example = paragraphs[-1].replace("\b", "").strip()
+    assert example.startswith("Example:"), name
+    assert "elastimem" in example.split("Example:", 1)[1]
+    for flag in ("-h", "--help"):
+        result = CliRunner().invoke(cli.main, [name, flag])
+        assert result.exit_code == 0, result.output
+        description = result.output.split("\nOptions:")[0].rstrip()
+        assert description.endswith(example.splitlines()[-1].strip()), name
+
+
+def test_help_and_version_through_the_real_script() -> None:
+    done = run("-h")
+    assert done.returncode == 0
+    out = done.stdout.decode()
+    assert "Example:" in out
+    for name in SPEC_COMMANDS:
+        assert name in out
+    assert "--include-facts" in run("erase", "-h").stdout.decode()
+    version = run("--version").stdout.decode()
+    assert version.strip() == f"elastimem {elastimem.__version__}"
+
+
+# -- data commands through the real script -----------------------------------------------------
+
+
+@pytest.mark.slow  # ten runs of the real script
+def test_fact_commands_and_exit_codes(db: str) -> None:
+    assert run_json("--db", db, "remember", "favorite color", "teal") == {
+        "changed": True,
+        "reason": "stored",
+    }
+    assert run_json("--db", db, "remember", "favorite_color", "green")["changed"] is True
+    assert run_json("--db", db, "facts") == {"favorite_color": "green"}
+    history = run_json("--db", db, "history", "favorite_color")
+    assert [v["value"] for v in history] == ["teal", "green"]
+    assert set(history[0]) >= {"id", "key", "value", "valid_from", "invalidated_at", "source"}
+    hits = run_json("--db", db, "recall", "green", "--kind", "fact")
+    assert hits[0]["text"] == "favorite_color: green"
+    assert set(hits[0]) == {
+        "kind",
+        "text",
+        "date",
+        "score",
+        "session_id",
+        "id",
+        "created_at",
+        "first_msg_id",
+        "last_msg_id",
+    }
+    assert run_json("--db", db, "forget", "favorite_color") == {"forgotten": True}
+    # Nothing left to forget: exit 1, still a JSON answer.
+    again = run("--db", db, "forget", "favorite_color")
+    assert again.returncode == 1 and json.loads(again.stdout) == {"forgotten": False}
+    table = run("--db", db, "--format", "table", "history", "favorite_color").stdout.decode()
+    assert table.splitlines()[0].split()[:3] == ["id", "key", "value"]
+    assert "teal" in table and "green" in table
+    stats = run_json("--db", db, "--tier", "lite", "stats")
+    assert stats["tier"] == "lite" and stats["fact_versions"] == 2 and stats["facts"] == 0
+
+
+def test_errors_exit_1_with_the_message_on_stderr(tmp_path: Path, db: str) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    done = run("--db", str(folder), "stats")
+    assert done.returncode == 1
+    assert done.stdout == b""
+    assert "is a folder" in done.stderr.decode() and "Traceback" not in done.stderr.decode()
+    export = tmp_path / "x.jsonl"
+    export.write_text("not an export\n")
+    bad = run("--db", db, "import", str(export))
+    assert bad.returncode == 1 and "line 1" in bad.stderr.decode()
+    bad_time = run("--db", db, "recall", "x", "--since", "not a date")
+    assert bad_time.returncode == 1 and "since" in bad_time.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["no-such-command"],
+        ["recall"],
+        ["remember", "only-key"],
+        ["--format", "xml", "stats"],
+        ["--tier", "huge", "stats"],
+        ["recall", "x", "-k", "many"],
+        ["recall", "x", "--kind", "vector"],
+        ["erase"],
+        ["erase", "--key", "a", "--session", "1"],
+        ["erase", "--key", "a", "--include-facts", "--yes"],
+        ["erase", "--key", "a"],  # no TTY and no --yes
+        ["graph", "--as", "png"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    result = CliRunner().invoke(cli.main, ["--db", ":memory:", *args])
+    assert result.exit_code == 2, result.output
+
+
+def test_usage_error_exit_2_through_the_real_script(db: str) -> None:
+    run_json("--db", db, "remember", "secret", "value")
+    done = run("--db", db, "erase", "--key", "secret")  # stdin is not a terminal
+    assert done.returncode == 2
+    assert "--yes" in done.stderr.decode()
+    assert run_json("--db", db, "facts") == {"secret": "value"}  # nothing was erased
+
+
+def test_erase_asks_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "e.db")
+    with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
+        mem.remember("secret", "value")
+        mem.record_turn("hello", "hi")
+    runner = CliRunner()
+    monkeypatch.setattr(cli, "_stdin_is_tty", lambda: True)
+    declined = runner.invoke(cli.main, ["--db", db, "erase", "--key", "secret"], input="n\n")
+    assert declined.exit_code == 1 and "Aborted" in declined.output
+    accepted = runner.invoke(cli.main, ["--db", db, "erase", "--key", "secret"], input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "Permanently erase fact key 'secret'" in accepted.output
+    counts = json.loads(accepted.output[accepted.output.index("{") :])
+    assert counts["facts"] == 1 and counts["fact_keys"] == 1
+    result = runner.invoke(
+        cli.main, ["--db", db, "erase", "--session", "1", "--include-facts", "--yes"]
+    )
+    assert result.exit_code == 0 and json.loads(result.output)["messages"] == 2
+
+
+def test_erase_through_the_real_script(db: str) -> None:
+    run_json("--db", db, "remember", "secret", "zqxjvorblax")
+    counts = run_json("--db", db, "erase", "--key", "secret", "--yes")
+    assert counts["facts"] == 1
+    assert b"zqxjvorblax" not in Path(db).read_bytes()
+    assert run_json("--db", db, "erase", "--session", "99", "--yes")["sessions"] == 0
+
+
+def test_sessions_explain_and_default_path(tmp_path: Path) -> None:
+    env = {"ELASTIMEM_DB": str(tmp_path / "env.db")}
+    assert run("path", env=env).stdout.decode().strip() == str(tmp_path / "env.db")
+    assert run("--db", "x.db", "path", env=env).stdout.decode().strip() == "x.db"
+    default = run("path").stdout.decode().strip()
+    assert default == os.path.join(click.get_app_dir("elastimem"), "memory.db")
+    with elastimem.Elastimem(env["ELASTIMEM_DB"], disable_builtin_embedder=True) as mem:
+        mem.begin_session("cli-test")
+        mem.record_turn("We hiked at Multnomah Falls with the dog.", "Sounds lovely.")
+        mem.end_session()
+    rows = run_json("sessions", "-n", "5", env=env)
+    assert rows[0]["host_tag"] == "cli-test" and rows[0]["message_count"] == 2
+    explained = run_json("explain", "hiking with the dog", "-k", "3", env=env)
+    assert explained["query"] == "hiking with the dog"
+    assert explained["hits"] and set(explained["chunk_breakdowns"][0]) >= {"fts", "total"}
+
+
+@pytest.mark.slow  # ten runs of the real script
+def test_export_import_round_trip_and_pipes(tmp_path: Path) -> None:
+    source = str(tmp_path / "source.db")
+    with elastimem.Elastimem(source, disable_builtin_embedder=True) as mem:
+        mem.record_turn("I live in Lisbon and love pastéis de nata.", "Delicious!")
+        mem.remember("pet", "cat")
+    backup = tmp_path / "backup.jsonl"
+    counts = run_json("--db", source, "export", str(backup))
+    assert counts["sessions"] == 1 and counts["facts"] == 2  # location (rule) and pet
+    restored = str(tmp_path / "restored.db")
+    done = run("--db", restored, "import", str(backup))
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) == counts
+    assert "Importing" in done.stderr.decode()
+    assert run_json("--db", restored, "facts") == {"location": "Lisbon", "pet": "cat"}
+    # A second import into the now non-empty store fails cleanly.
+    again = run("--db", restored, "import", str(backup))
+    assert again.returncode == 1 and "already holds" in again.stderr.decode()
+    # `-` is stdout for export and stdin for import.
+    piped = run("--db", source, "export", "-")
+    assert piped.returncode == 0 and piped.stdout.startswith(b'{"format":"elastimem-export"')
+    assert "exported" in piped.stderr.decode()
+    third = str(tmp_path / "third.db")
+    loaded = run("--db", third, "import", "-", input=piped.stdout)
+    assert loaded.returncode == 0, loaded.stderr.decode()
+    hits = run_json("--db", third, "recall", "pastéis", "--kind", "chunk")
+    assert "pastéis de nata" in hits[0]["text"]
+
+
+def test_graph_export(tmp_path: Path, db: str) -> None:
+    graph_view = pytest.importorskip("elastimem.graph_view", reason="graph_view not built yet")
+    if not all(hasattr(graph_view, n) for n in ("render_dot", "render_html")):
+        pytest.skip("elastimem.graph_view has no render_dot/render_html yet")
+    with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
+        now = "2025-01-01T00:00:00.000000Z"
+        with mem._db.atomic() as conn:
+            conn.execute(
+                "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at) "
+                "VALUES ('person', 'ana \"<b>\"', ?, ?)",
+                (now, now),
+            )
+            conn.execute(
+                "INSERT INTO graph_edges (source_node, target_node, relationship, created_at, "
+                "last_seen) SELECT (SELECT id FROM graph_nodes WHERE type = 'self'), id, "
+                "'sister_of', ?, ? FROM graph_nodes WHERE type = 'person'",
+                (now, now),
+            )
+    dot = run("--db", db, "graph")
+    assert dot.returncode == 0, dot.stderr.decode()
+    text = dot.stdout.decode()
+    assert "digraph elastimem" in text and "(you)" in text and "sister_of" in text
+    out = tmp_path / "graph.html"
+    page = run("--db", db, "graph", "--as", "html", "-o", str(out))
+    assert page.returncode == 0 and page.stdout == b""
+    html = out.read_text("utf-8")
+    assert "&lt;b&gt;" in html and "<b>" not in html.split("<body", 1)[-1].split("</style>")[-1]
+    assert "http://" not in html and "https://" not in html.replace("http://www.w3.org", "")
+
+
+def test_demo_output(tmp_path: Path) -> None:
+    kept = tmp_path / "demo.db"
+    done = run("demo", "--no-embedder", "--db", str(kept), timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode()
+    for heading in (
+        "Facts learned",
+        "recall('What is my dog called?')",
+        "build_context('Any ideas for a weekend trip with my dog?').render()",
+        "WHAT YOU KNOW ABOUT THE USER",
+    ):
+        assert heading in out
+    assert "name" in out and "Maya" in out and "Biscuit" in out
+    assert "Traceback" not in done.stderr.decode()
+    assert kept.exists()
+    # Without --db the store is temporary: nothing is left behind in the app folder.
+    temp = run("demo", "--no-embedder", timeout=120)
+    assert temp.returncode == 0 and "temporary" in temp.stdout.decode()
+    assert not Path(click.get_app_dir("elastimem"), "memory.db").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.embedder
+def test_demo_with_the_builtin_embedder() -> None:
+    pytest.importorskip("sentence_transformers")
+    done = run("demo", timeout=600)
+    assert done.returncode == 0, done.stderr.decode()
+    assert "(9 with vectors)" in done.stdout.decode()
+
+
+# -- reindex -------------------------------------------------------------------------------------
+
+
+def test_reindex_drives_a_progress_bar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = str(tmp_path / "r.db")
+    with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
+        for i in range(70):
+            mem.record_turn(f"turn {i} about gardening", "ok")
+    original = cli.CliState.store
+
+    def with_host_embedder(self: cli.CliState, **kw: Any) -> Any:
+        return original(self, embedder=HashEmbedder(), **kw)
+
+    monkeypatch.setattr(cli.CliState, "store", with_host_embedder)
+    result = CliRunner().invoke(cli.main, ["--db", db, "reindex"])
+    assert result.exit_code == 0, result.output
+    assert "Embedding" in result.output  # the bar's label (no TTY: printed once)
+    assert json.loads(result.output[result.output.index("{") :]) == {"reindexed": 70}
+
+
+def test_reindex_without_an_embedder_says_so(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = cli.CliState.store
+
+    def without_embedder(self: cli.CliState, **kw: Any) -> Any:
+        kw["builtin_embedder"] = False  # as if the `embed` extra were not installed
+        return original(self, **kw)
+
+    monkeypatch.setattr(cli.CliState, "store", without_embedder)
+    result = CliRunner().invoke(cli.main, ["--db", db, "reindex"])
+    assert result.exit_code == 0, result.output
+    assert "no usable embedder" in result.output
+    assert json.loads(result.output[result.output.index("{") :]) == {"reindexed": 0}
+
+
+# -- serve-mcp without the extra -------------------------------------------------------------------
+
+
+def test_serve_mcp_without_the_extra_names_it(tmp_path: Path, db: str) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "mcp.py").write_text("raise ImportError('No module named mcp')\n")
+    env = {"PYTHONPATH": str(shadow) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = run("--db", db, "serve-mcp", env=env)
+    assert done.returncode == 1
+    assert "elastimem[mcp]" in done.stderr.decode()
+    assert done.stdout == b""
+
+
+# -- Ctrl-C --------------------------------------------------------------------------------------
+
+
+def _big_export(path: Path, messages: int) -> int:
+    """A valid export with one session and many messages and chunks; returns its row count."""
+    now = "2025-01-01T00:00:00.000000Z"
+    rows = 0
+    with path.open("w", encoding="utf-8") as out:
+        out.write(
+            json.dumps(
+                {
+                    "format": "elastimem-export",
+                    "format_version": 1,
+                    "schema_version": 4,
+                    "exported_at": now,
+                    "library_version": "test",
+                    "embedding_model": None,
+                }
+            )
+            + "\n"
+        )
+        out.write(
+            json.dumps(
+                {
+                    "table": "sessions",
+                    "row": {"id": 1, "started_at": now, "ended_at": now, "message_count": messages},
+                }
+            )
+            + "\n"
+        )
+        rows += 1
+        for i in range(1, messages + 1):
+            out.write(
+                json.dumps(
+                    {
+                        "table": "messages",
+                        "row": {
+                            "id": i,
+                            "session_id": 1,
+                            "turn": i,
+                            "role": "user",
+                            "content": f"message {i} about gardens, tomatoes and bicycles",
+                            "created_at": now,
+                        },
+                    }
+                )
+                + "\n"
+            )
+        for i in range(1, messages + 1):
+            out.write(
+                json.dumps(
+                    {
+                        "table": "chunks",
+                        "row": {
+                            "id": i,
+                            "session_id": 1,
+                            "first_msg_id": i,
+                            "last_msg_id": i,
+                            "text": f"User: message {i} about gardens, tomatoes and bicycles",
+                            "created_at": now,
+                        },
+                    }
+                )
+                + "\n"
+            )
+        rows += 2 * messages
+        out.write(json.dumps({"table": "_end", "rows": rows}) + "\n")
+    return rows
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_import_leaves_the_store_consistent(tmp_path: Path) -> None:
+    export = tmp_path / "big.jsonl"
+    _big_export(export, 40_000)
+    target = tmp_path / "target.db"
+    proc = subprocess.Popen(
+        [*script(), "--db", str(target), "import", str(export)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"Importing" not in seen and time.monotonic() < deadline:
+        seen += proc.stderr.read1(256)  # the bar's label appears with the first progress call
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    interrupted = proc.returncode != 0
+    assert "Traceback" not in err.decode()
+    conn = sqlite3.connect(target)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    finally:
+        conn.close()
+    if interrupted:
+        assert proc.returncode == 1 and "Aborted" in err.decode()
+        assert (messages, chunks) == (0, 0)  # untouched ...
+        done = run("--db", str(target), "import", str(export), timeout=120)
+        assert done.returncode == 0, done.stderr.decode()  # ... and still importable
+    else:  # the machine finished first: then everything is there
+        assert (messages, chunks) == (40_000, 40_000)
+    stats = run_json("--db", str(target), "stats")
+    assert stats["messages"] == stats["chunks"] == 40_000
+    hits = run_json("--db", str(target), "recall", "message 39999", "-k", "1")
+    assert hits and "39999" in hits[0]["text"]
