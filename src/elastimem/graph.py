@@ -1,12 +1,1095 @@
-"""The entity graph (SPEC §5.7) — interface placeholder, replaced by the graph issue's work.
+"""The entity graph: one more retrieval signal inside the store file (SPEC §5.7).
 
-Only the functions the rest of the library calls are defined here; each is a safe no-op.
+Data model. ``graph_nodes`` holds entities, unique by ``(type, canonical_name)``, with up to
+8 raw ``aliases`` (JSON), a running-average ``confidence``, a ``mention_count`` that drives
+``importance``, and a cluster (``cluster_id`` = the smallest member id, plus an LLM label).
+Exactly one node is the user (``type='self'``, ``'@self'``): its edges are stored, but it is
+never a seed, never traversed, clustered, trimmed, decayed or merged, and never shown except
+by the CLI export. ``graph_edges`` holds directed, snake_case relationships, unique by
+``(source, target, relationship)``, with ``seen_count``-driven importance and weight and the
+chunk they were first seen in. ``graph_mentions`` is entity → chunk provenance: it is what
+lets a question about one entity surface a memory that only names its neighbour.
+
+Reads. ``build_signal`` detects seed nodes by a plain token scan of the query (no model),
+expands them with one ``WITH RECURSIVE`` query bounded by ``graph_hops``, and returns a
+``GraphSignal`` (see ``retrieval``) computed once per call. The name list behind the scan is
+cached until ``meta.graph.gen`` changes; every node insert, delete or alias change bumps it.
+Facts that name a reached node are found through a cached token → fact-id index, which only
+grows, because a fact's key and value never change after insert.
+
+Writes run inside the caller's ``atomic()``; the maintenance steps used by consolidation
+take the ``Database`` and never hold the write lock across an LLM call.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import sqlite3
-from typing import Any
+import threading
+import unicodedata
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .clock import age_days, now_ts, recency, ts_minus, utcnow
+from .db import bump_meta
+from .gate import GateDeferred, GateDenied
+from .migrations import ensure_self_node
+from .prompts import (
+    build_cluster_label_prompt,
+    build_same_entity_prompt,
+    clean_label,
+    parse_yes_no,
+)
+from .text import STOPWORDS, collapse_whitespace, em_fold, sanitize, word_tokens
+from .values import GraphTraversalStep
+
+if TYPE_CHECKING:
+    from .db import Database
+    from .retrieval import Filters
+
+logger = logging.getLogger("elastimem")
+
+# -- constants (§5.7) ---------------------------------------------------------------------------
+
+NODE_TYPES = frozenset({"person", "place", "org", "thing"})
+DEFAULT_TYPE = "entity"
+SELF_TYPE = "self"
+# Raw forms that name the user; they map to the one self node instead of a graph hub.
+SELF_NAMES = frozenset({"user", "the user", "me", "myself", "i", "@self"})
+NAME_MAX_CHARS = 80
+MAX_ALIASES = 8
+RELATION_MAX_CHARS = 40
+LEADING_ARTICLES = ("the ", "a ", "an ")
+# Per-extraction confidence when the item carries none: the name is (not) in the source text.
+CONFIDENCE_IN_TEXT = 0.7
+CONFIDENCE_NOT_IN_TEXT = 0.4
+# A new node is linked to at most this many recent chunks found by an FTS phrase query.
+FTS_BACKFILL_CHUNKS = 50
+# Retrieval.
+MAX_SEEDS = 5
+MAX_REACHED = 64
+HOP_FACTOR = 0.6
+# Only recursion depth matters for cost; no tier asks for more than 2 hops.
+MAX_HOPS = 8
+# extra_chunks asks the strongest strength levels one by one (usually one is enough), then
+# the rest in one grouped query.
+EXTRA_LEVEL_QUERIES = 3
+# Maintenance.
+MERGE_CALLS_PER_SWEEP = 5
+LABEL_CALLS_PER_SWEEP = 5
+LABEL_NAMES = 12
+LLM_REPLY_TOKENS = 16
+MERGE_TOKEN_MIN_CHARS = 3
+# timeline(): follow at most one hop from the query's seeds, to stay conservative.
+TIMELINE_HOPS = 1
+# Name-index cache: one entry per (store, generation); a process rarely has more stores open.
+_INDEX_CACHE_SIZE = 8
+_PARAM_BATCH = 500
+
+
+# -- names ----------------------------------------------------------------------------------
+
+
+def _is_punct(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P")
+
+
+def _strip_punct(text: str) -> str:
+    start, end = 0, len(text)
+    while start < end and (_is_punct(text[start]) or text[start].isspace()):
+        start += 1
+    while end > start and (_is_punct(text[end - 1]) or text[end - 1].isspace()):
+        end -= 1
+    return text[start:end]
+
+
+def _canonicalize(name: object) -> str:
+    """NFKC, casefold, collapse whitespace, strip surrounding punctuation and one leading
+    article, cut to 80 characters. ``""`` means "no usable name"."""
+    text = collapse_whitespace(unicodedata.normalize("NFKC", sanitize(name)).casefold())
+    text = _strip_punct(text)
+    for article in LEADING_ARTICLES:
+        if text.startswith(article):
+            text = _strip_punct(text[len(article) :])
+            break
+    return text[:NAME_MAX_CHARS].rstrip()
+
+
+def _alias_key(raw: str) -> str:
+    """What makes two raw forms "the same" alias: case, width and outer punctuation ignored."""
+    return _strip_punct(collapse_whitespace(unicodedata.normalize("NFKC", raw).casefold()))
+
+
+def _raw_form(name: object) -> str:
+    return collapse_whitespace(sanitize(name))[:NAME_MAX_CHARS].strip()
+
+
+def is_self_name(name: object) -> bool:
+    """True when a raw extraction name stands for the user (``USER``, ``me``, ``@self``…)."""
+    folded = collapse_whitespace(unicodedata.normalize("NFKC", sanitize(name)).casefold())
+    return folded in SELF_NAMES or _canonicalize(name) in SELF_NAMES
+
+
+def _node_type(value: object) -> str:
+    if isinstance(value, str):
+        folded = value.strip().casefold()
+        if folded in NODE_TYPES:
+            return folded
+    return DEFAULT_TYPE
+
+
+def _relation(value: object) -> str:
+    """Lowercase, whitespace runs become ``_``, cut to 40 characters."""
+    return "_".join(sanitize(value).lower().split())[:RELATION_MAX_CHARS]
+
+
+def _load_aliases(raw: object) -> list[str]:
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return []
+    if not isinstance(value, list):
+        return []
+    return [a for a in value if isinstance(a, str) and a]
+
+
+def _dump_aliases(aliases: Sequence[str]) -> str:
+    return json.dumps(list(aliases), ensure_ascii=False)
+
+
+def _merge_aliases(first: Sequence[str], rest: Sequence[str], canonical: str) -> list[str]:
+    """``first`` then ``rest``, deduped by alias key, without the node's own name, ≤ 8."""
+    out: list[str] = []
+    seen = {canonical}
+    for alias in (*first, *rest):
+        key = _alias_key(alias)
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        out.append(alias)
+        if len(out) >= MAX_ALIASES:
+            break
+    return out
+
+
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[str, ...]:
+    """Folded ``[^\\W_]+`` runs of a short text (a name, a fact key or value); cached because
+    facts and names are scanned on every query. Chunk texts go through ``_text_tokens``."""
+    return tuple(word_tokens(text))
+
+
+@lru_cache(maxsize=8192)
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(_tokens(text))
+
+
+def _text_tokens(text: object) -> tuple[str, ...]:
+    return tuple(word_tokens(sanitize(text)))
+
+
+def _matchable(tokens: tuple[str, ...]) -> bool:
+    """Single-character and stopword-only names never match (§5.7 seeds)."""
+    if not tokens or len("".join(tokens)) <= 1:
+        return False
+    return not all(t in STOPWORDS for t in tokens)
+
+
+def _contains(haystack: Sequence[str], needle: Sequence[str]) -> bool:
+    n = len(needle)
+    if n == 0 or n > len(haystack):
+        return False
+    first = needle[0]
+    for i in range(len(haystack) - n + 1):
+        if haystack[i] == first and tuple(haystack[i : i + n]) == tuple(needle):
+            return True
+    return False
+
+
+def _occurs(name: str, tokens: Sequence[str]) -> bool:
+    """``name`` appears in the token sequence at word boundaries."""
+    return _contains(tokens, _tokens(name))
+
+
+def _node_importance(mentions: int) -> float:
+    return min(1.0, 0.5 + 0.05 * (mentions - 1))
+
+
+def _edge_scores(confidence: float, seen: int) -> tuple[float, float]:
+    """(importance, weight) of an edge from its confidence and ``seen_count``."""
+    importance = min(1.0, 0.5 + 0.05 * (seen - 1))
+    weight = min(1.0, confidence * (1.0 + 0.1 * (seen - 1)))
+    return importance, weight
+
+
+def _item_confidence(item: Mapping[str, Any], in_text: bool) -> float:
+    value = item.get("confidence")
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0.0 <= float(value) <= 1.0
+    ):
+        return float(value)
+    return CONFIDENCE_IN_TEXT if in_text else CONFIDENCE_NOT_IN_TEXT
+
+
+def _bump_gen(conn: sqlite3.Connection) -> None:
+    bump_meta(conn, "graph.gen")
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(topic: str, message: str, *args: object) -> None:
+    """A warning that could repeat on every query is logged once, then at debug level."""
+    if topic in _warned:
+        logger.debug(message, *args)
+    else:
+        _warned.add(topic)
+        logger.warning(message, *args)
+
+
+def _chunks(seq: Sequence[int], size: int = _PARAM_BATCH) -> Iterator[Sequence[int]]:
+    for start in range(0, len(seq), size):
+        yield seq[start : start + size]
+
+
+# -- the name index (seeds, link job, timeline) ----------------------------------------------
+
+
+@dataclass
+class _NameIndex:
+    """Every matchable folded name and alias, keyed by its first token."""
+
+    self_id: int | None = None
+    by_first: dict[str, list[tuple[tuple[str, ...], int, int]]] = field(default_factory=dict)
+    forms: dict[int, list[tuple[str, ...]]] = field(default_factory=dict)
+
+    def add(self, node_id: int, form: str) -> None:
+        tokens = _tokens(form)
+        if not _matchable(tokens):
+            return
+        known = self.forms.setdefault(node_id, [])
+        if tokens in known:
+            return
+        known.append(tokens)
+        length = len(em_fold(form).strip())
+        self.by_first.setdefault(tokens[0], []).append((tokens, node_id, length))
+
+    def matches(self, tokens: Sequence[str]) -> dict[int, int]:
+        """node id → the longest matched form (in characters) over all positions."""
+        found: dict[int, int] = {}
+        n = len(tokens)
+        for i, token in enumerate(tokens):
+            for form, node_id, length in self.by_first.get(token, ()):
+                size = len(form)
+                if (
+                    i + size <= n
+                    and tuple(tokens[i : i + size]) == form
+                    and length > found.get(node_id, -1)
+                ):
+                    found[node_id] = length
+        return found
+
+    def seeds(self, tokens: Sequence[str]) -> list[int]:
+        found = self.matches(tokens)
+        ranked = sorted(found.items(), key=lambda item: (-item[1], item[0]))
+        return [node_id for node_id, _ in ranked[:MAX_SEEDS]]
+
+
+_index_cache: OrderedDict[tuple[object, ...], _NameIndex] = OrderedDict()
+_index_lock = threading.Lock()
+
+
+def _store_identity(conn: sqlite3.Connection) -> tuple[object, ...]:
+    """(file, meta.created_at): in-memory stores all report "" as their file and are told
+    apart by their creation time, which has microseconds."""
+    try:
+        files = tuple(str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main")
+    except sqlite3.Error:
+        files = ()
+    row = conn.execute("SELECT value FROM meta WHERE key = 'created_at'").fetchone()
+    return (files, row[0] if row else None)
+
+
+def _index_version(conn: sqlite3.Connection) -> tuple[object, ...]:
+    """Identifies one store's name list: the store, ``graph.gen`` and the newest node.
+
+    Every node insert, delete or alias change bumps ``graph.gen``; the newest node's id and
+    name also catch a writer that forgot to, or ids reused after a rolled-back insert. Every
+    lookup is one b-tree probe: a count(*) would read the whole table on every query
+    (measured: ~0.5 ms at 2,000 nodes once chunk reads have evicted its pages).
+    """
+    row = conn.execute(
+        "SELECT (SELECT value FROM meta WHERE key = 'graph.gen'), id, canonical_name "
+        "FROM graph_nodes ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    return (*_store_identity(conn), *(row or ()))
+
+
+def _build_index(conn: sqlite3.Connection) -> _NameIndex:
+    index = _NameIndex()
+    for node_id, node_type, name, aliases in conn.execute(
+        "SELECT id, type, canonical_name, aliases FROM graph_nodes"
+    ):
+        if node_type == SELF_TYPE:
+            index.self_id = int(node_id)
+            continue
+        index.add(int(node_id), str(name))
+        for alias in _load_aliases(aliases):
+            index.add(int(node_id), alias)
+    return index
+
+
+def _name_index(conn: sqlite3.Connection) -> _NameIndex:
+    """The cached name index of this store, rebuilt when ``graph.gen`` (or the nodes) change."""
+    version = _index_version(conn)
+    with _index_lock:
+        index = _index_cache.get(version)
+        if index is not None:
+            _index_cache.move_to_end(version)
+            return index
+    index = _build_index(conn)
+    with _index_lock:
+        _index_cache[version] = index
+        while len(_index_cache) > _INDEX_CACHE_SIZE:
+            _index_cache.popitem(last=False)
+    return index
+
+
+def detect_seed_nodes(conn: sqlite3.Connection, text: object) -> list[int]:
+    """Ids of at most 5 nodes named in ``text`` at word boundaries, longest name first.
+
+    A plain scan over folded canonical names and aliases, never the self node. A name matches
+    when its whole token sequence appears contiguously in the text's folded tokens, so "ai"
+    inside "said" is not a seed; single-character and stopword-only names never match.
+    """
+    tokens = word_tokens(sanitize(text))
+    if not tokens:
+        return []
+    return _name_index(conn).seeds(tokens)
+
+
+# -- the fact token index ---------------------------------------------------------------------
+
+
+class _FactIndex:
+    """token → ids of the facts (any version) whose key or value holds it.
+
+    A fact's key and value never change after insert (§5.3), so the index only grows with
+    new ids. It is checked against the newest row on every use: a newest id lower than the
+    indexed one, or a different text under the indexed newest id (an id reused after a
+    delete), rebuilds it. Ids that were deleted meanwhile are filtered out by the caller's
+    query, so a stale entry can cost a lookup, never a wrong answer.
+    """
+
+    def __init__(self) -> None:
+        self.top: tuple[int, str, str] | None = None
+        self.by_token: dict[str, set[int]] = {}
+        self.lock = threading.Lock()
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        newest = conn.execute(
+            "SELECT id, key, value FROM facts ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        newest = None if newest is None else (int(newest[0]), str(newest[1]), str(newest[2]))
+        with self.lock:
+            if newest == self.top:
+                return
+            start = 0
+            if self.top is not None and newest is not None and newest[0] > self.top[0]:
+                probe = conn.execute(
+                    "SELECT id, key, value FROM facts WHERE id = ?", (self.top[0],)
+                ).fetchone()
+                if probe is not None and (int(probe[0]), str(probe[1]), str(probe[2])) == self.top:
+                    start = self.top[0]
+            if start == 0:
+                self.by_token = {}
+            for fact_id, key, value in conn.execute(
+                "SELECT id, key, value FROM facts WHERE id > ? ORDER BY id", (start,)
+            ):
+                for token in _tokens(str(key)) + _tokens(str(value)):
+                    self.by_token.setdefault(token, set()).add(int(fact_id))
+            self.top = newest
+
+    def candidates(self, tokens: Iterable[str]) -> set[int]:
+        with self.lock:
+            found: set[int] = set()
+            for token in tokens:
+                found |= self.by_token.get(token, set())
+            return found
+
+
+_fact_indexes: OrderedDict[tuple[object, ...], _FactIndex] = OrderedDict()
+
+
+def _fact_index(conn: sqlite3.Connection) -> _FactIndex:
+    identity = _store_identity(conn)
+    with _index_lock:
+        index = _fact_indexes.get(identity)
+        if index is None:
+            index = _fact_indexes[identity] = _FactIndex()
+            while len(_fact_indexes) > _INDEX_CACHE_SIZE:
+                _fact_indexes.popitem(last=False)
+        else:
+            _fact_indexes.move_to_end(identity)
+    index.refresh(conn)
+    return index
+
+
+# -- expansion ------------------------------------------------------------------------------
+
+
+def _self_id(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT id FROM graph_nodes WHERE type = 'self' LIMIT 1").fetchone()
+    return int(row[0]) if row else -1
+
+
+def expand(
+    conn: sqlite3.Connection, seeds: Sequence[int], hops: int, *, self_id: int | None = None
+) -> dict[int, tuple[float, int]]:
+    """node id → (strength, depth) for the nodes reached from ``seeds`` in ≤ ``hops`` steps.
+
+    One ``WITH RECURSIVE`` query walking edges in both directions but never through the self
+    node. A seed's strength is its confidence; each step multiplies by ``0.6·weight``. Each
+    node keeps its maximum strength and minimum depth; the top 64 by (−strength, depth, id)
+    are kept. On an SQL error the seeds alone are returned.
+    """
+    return {r[0]: (r[1], r[2]) for r in _walk(conn, seeds, hops, self_id)}
+
+
+def _walk(
+    conn: sqlite3.Connection, seeds: Sequence[int], hops: int, self_id: int | None
+) -> list[tuple[int, float, int, str, str | None]]:
+    """``expand`` with each node's name and cluster label: (id, strength, depth, name, label)."""
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        return []
+    hops = max(0, min(int(hops), MAX_HOPS))
+    if self_id is None:
+        self_id = _self_id(conn)
+    marks = ",".join("?" * len(seeds))
+    # UNION (not UNION ALL) drops repeated (node, depth, strength) rows, so a node reached
+    # twice the same way is expanded once. The OR join uses both edge indexes (multi-index OR).
+    sql = (
+        "WITH RECURSIVE walk(id, depth, strength) AS ("
+        f" SELECT id, 0, confidence FROM graph_nodes WHERE id IN ({marks}) AND id <> ?"
+        " UNION"
+        " SELECT CASE WHEN e.source_node = w.id THEN e.target_node ELSE e.source_node END,"
+        "  w.depth + 1, w.strength * ? * e.weight"
+        " FROM walk w JOIN graph_edges e ON (e.source_node = w.id OR e.target_node = w.id)"
+        " WHERE w.depth < ? AND e.source_node <> ? AND e.target_node <> ?"
+        "), best AS (SELECT id, max(strength) AS s, min(depth) AS d FROM walk GROUP BY id"
+        " ORDER BY s DESC, d, id LIMIT ?)"
+        " SELECT b.id, b.s, b.d, n.canonical_name, n.cluster_label FROM best b"
+        " JOIN graph_nodes n ON n.id = b.id ORDER BY b.s DESC, b.d, b.id"
+    )
+    try:
+        rows = conn.execute(
+            sql, (*seeds, self_id, HOP_FACTOR, hops, self_id, self_id, MAX_REACHED)
+        ).fetchall()
+    except sqlite3.Error as exc:
+        _warn_once("expand", "graph expansion failed; using the seeds alone: %s", exc)
+        rows = _seed_rows(conn, [s for s in seeds if s != self_id])
+    return [(int(r[0]), float(r[1]), int(r[2]), str(r[3]), r[4] or None) for r in rows]
+
+
+def _seed_rows(conn: sqlite3.Connection, seeds: list[int]) -> list[tuple[Any, ...]]:
+    """The fallback walk: the seeds alone, at their confidence (0.5 if even that fails)."""
+    marks = ",".join("?" * len(seeds))
+    try:
+        found = dict(
+            conn.execute(f"SELECT id, confidence FROM graph_nodes WHERE id IN ({marks})", seeds)
+        )
+    except sqlite3.Error:
+        found = {}
+    try:
+        names = {
+            int(r[0]): (r[1], r[2])
+            for r in conn.execute(
+                f"SELECT id, canonical_name, cluster_label FROM graph_nodes WHERE id IN ({marks})",
+                seeds,
+            )
+        }
+    except sqlite3.Error:
+        names = {}
+    rows = [(s, found.get(s, 0.5), 0, *names.get(s, ("", None))) for s in seeds]
+    return sorted(rows, key=lambda r: (-float(r[1]), r[0]))
+
+
+# -- the signal -----------------------------------------------------------------------------
+
+
+class _Reached(NamedTuple):
+    node_id: int
+    name: str
+    label: str | None
+    strength: float
+    depth: int
+    is_seed: bool
+
+
+class Signal:
+    """The graph expansion of one query, computed once; implements ``retrieval.GraphSignal``."""
+
+    def __init__(self, reached: Sequence[_Reached], forms: Mapping[int, list[tuple[str, ...]]]):
+        self.reached = {r.node_id: r for r in reached}
+        self._by_first: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        for node_id in self.reached:
+            for form in forms.get(node_id, ()):
+                self._by_first.setdefault(form[0], []).append((form, node_id))
+        self._firsts = frozenset(self._by_first)
+
+    def __bool__(self) -> bool:
+        return bool(self.reached)
+
+    def chunk_scores(
+        self, conn: sqlite3.Connection, chunk_ids: list[int]
+    ) -> dict[int, tuple[float, tuple[str, ...]]]:
+        """chunk id → (g, sorted names of the reached nodes it mentions)."""
+        linked: dict[int, set[int]] = {}
+        for part in _chunks(list(chunk_ids)):
+            rows = conn.execute(
+                "SELECT chunk_id, node_id FROM graph_mentions "
+                f"WHERE chunk_id IN ({','.join('?' * len(part))})",
+                list(part),
+            ).fetchall()
+            for chunk_id, node_id in rows:
+                if int(node_id) in self.reached:
+                    linked.setdefault(int(chunk_id), set()).add(int(node_id))
+        return {chunk_id: self._score(nodes) for chunk_id, nodes in linked.items()}
+
+    def _score(self, nodes: Iterable[int]) -> tuple[float, tuple[str, ...]]:
+        g = 0.0
+        names: set[str] = set()
+        for node_id in nodes:
+            reached = self.reached[node_id]
+            g = max(g, reached.strength)
+            names.add(reached.name)
+        return g, tuple(sorted(names))
+
+    def extra_chunks(
+        self, conn: sqlite3.Connection, filters: Filters, limit: int
+    ) -> list[tuple[int, float]]:
+        """The best ``limit`` chunks linked to reached nodes, by (−g, −id), filters in SQL.
+
+        A chunk's g is its strongest reached node, so the strongest nodes are asked first,
+        newest chunk first, and weaker ones only while slots remain: the usual case reads
+        about ``limit`` mention rows instead of every mention of 64 nodes.
+        """
+        if limit <= 0 or not self.reached:
+            return []
+        where, params = filters.chunk_sql("c")
+        join = " JOIN chunks c ON c.id = m.chunk_id" if where else ""
+        levels: dict[float, list[int]] = {}
+        for r in self.reached.values():
+            levels.setdefault(r.strength, []).append(r.node_id)
+        ordered = sorted(levels.items(), key=lambda item: -item[0])
+        taken: dict[int, float] = {}
+        for index, (strength, nodes) in enumerate(ordered):
+            need = limit - len(taken)
+            if need <= 0:
+                break
+            if index >= EXTRA_LEVEL_QUERIES:
+                # Many weak levels left: one grouped query over all of them.
+                taken.update(self._grouped(conn, ordered[index:], join, where, params, taken,
+                                           need))  # fmt: skip
+                break
+            marks = ",".join("?" * len(nodes))
+            rows = conn.execute(
+                f"SELECT DISTINCT m.chunk_id FROM graph_mentions m{join} "
+                f"WHERE m.node_id IN ({marks}){where} ORDER BY m.chunk_id DESC LIMIT ?",
+                (*nodes, *params, need + len(taken)),
+            ).fetchall()
+            for (chunk_id,) in rows:
+                if int(chunk_id) not in taken and len(taken) < limit:
+                    taken[int(chunk_id)] = strength
+        return sorted(taken.items(), key=lambda item: (-item[1], -item[0]))
+
+    @staticmethod
+    def _grouped(
+        conn: sqlite3.Connection,
+        levels: list[tuple[float, list[int]]],
+        join: str,
+        where: str,
+        params: list[object],
+        taken: Mapping[int, float],
+        need: int,
+    ) -> dict[int, float]:
+        pairs: list[object] = []
+        for strength, nodes in levels:
+            for node_id in nodes:
+                pairs += [node_id, strength]
+        values = ",".join("(?, ?)" for _ in range(len(pairs) // 2))
+        rows = conn.execute(
+            f"WITH r(node_id, s) AS (VALUES {values}) "
+            f"SELECT m.chunk_id, max(r.s) AS g FROM r JOIN graph_mentions m "
+            f"ON m.node_id = r.node_id{join} WHERE 1 = 1{where} "
+            "GROUP BY m.chunk_id ORDER BY g DESC, m.chunk_id DESC LIMIT ?",
+            (*pairs, *params, need + len(taken)),
+        ).fetchall()
+        out: dict[int, float] = {}
+        for chunk_id, g in rows:
+            if int(chunk_id) not in taken and len(out) < need:
+                out[int(chunk_id)] = float(g)
+        return out
+
+    def matched_nodes(self, key: str, value: str) -> set[int]:
+        """Reached nodes whose name or alias occurs at a word boundary in the key or value."""
+        found: set[int] = set()
+        for text in (key, value):
+            if not isinstance(text, str):
+                text = sanitize(text)
+            if self._firsts.isdisjoint(_token_set(text)):
+                continue  # the common case: this text names none of the reached nodes
+            tokens = _tokens(text)
+            for i, token in enumerate(tokens):
+                for form, node_id in self._by_first.get(token, ()):
+                    if node_id not in found and tokens[i : i + len(form)] == form:
+                        found.add(node_id)
+        return found
+
+    def fact_score(self, key: str, value: str) -> tuple[float, tuple[str, ...]]:
+        """(g, sorted names) of the reached nodes named in a fact's folded key or value."""
+        # Ranking scores every live fact: the common miss costs two cached set lookups.
+        firsts = self._firsts
+        if (
+            isinstance(key, str)
+            and isinstance(value, str)
+            and firsts.isdisjoint(_token_set(key))
+            and firsts.isdisjoint(_token_set(value))
+        ):
+            return 0.0, ()
+        found = self.matched_nodes(key, value)
+        if not found:
+            return 0.0, ()
+        return self._score(found)
+
+    def fact_candidates(
+        self, conn: sqlite3.Connection, filters: Filters
+    ) -> dict[int, tuple[float, tuple[str, ...]]]:
+        """fact id → (g, names) for the facts passing ``filters`` that name a reached node.
+
+        The same scores as ``fact_score`` over every live fact, without reading them all:
+        a cached token → fact-id index (fact texts never change in place) gives the few facts
+        worth checking, and only those are read and checked at word boundaries.
+        """
+        ids = _fact_index(conn).candidates(self._firsts)
+        if not ids:
+            return {}
+        where, params = filters.fact_sql("f")
+        out: dict[int, tuple[float, tuple[str, ...]]] = {}
+        ordered = sorted(ids)
+        for part in _chunks(ordered):
+            for fact_id, key, value in conn.execute(
+                f"SELECT f.id, f.key, f.value FROM facts f "
+                f"WHERE f.id IN ({','.join('?' * len(part))}){where}",
+                (*part, *params),
+            ):
+                g, names = self.fact_score(str(key), str(value))
+                if g > 0:
+                    out[int(fact_id)] = (g, names)
+        return out
+
+    def traversal(self) -> list[GraphTraversalStep]:
+        steps = [
+            GraphTraversalStep(r.name, r.depth, r.is_seed, r.strength)
+            for r in self.reached.values()
+        ]
+        steps.sort(key=lambda s: (s.hop_distance, s.canonical_name))
+        return steps
+
+    def context_nodes(self) -> list[tuple[str, str | None]]:
+        """(canonical name, cluster label or None) of every reached node; never the self node."""
+        ordered = sorted(self.reached.values(), key=lambda r: (-r.strength, r.depth, r.node_id))
+        return [(r.name, r.label) for r in ordered]
+
+
+def build_signal(database: Database, text: object, hops: int) -> Signal | None:
+    """The graph signal of one query, or None when no node is named in it.
+
+    ``hops <= 0`` means the graph leg is off for this profile, so it also gives None.
+    """
+    if hops <= 0:
+        return None
+    tokens = word_tokens(sanitize(text))
+    if not tokens:
+        return None
+    with database.read() as conn:
+        return _signal(conn, tokens, hops)
+
+
+def _signal(conn: sqlite3.Connection, tokens: Sequence[str], hops: int) -> Signal | None:
+    index = _name_index(conn)
+    seeds = index.seeds(tokens)
+    if not seeds:
+        return None
+    self_id = index.self_id if index.self_id is not None else _self_id(conn)
+    seed_set = set(seeds)
+    reached = [
+        _Reached(node_id, name, label, strength, depth, node_id in seed_set)
+        for node_id, strength, depth, name, label in _walk(conn, seeds, hops, self_id)
+    ]
+    return Signal(reached, index.forms) if reached else None
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _WriteState:
+    """What one extraction learned so far: resolved names, new nodes, whether to bump."""
+
+    now: str
+    self_id: int
+    gen_changed: bool = False
+    new_nodes: list[int] = field(default_factory=list)
+    alias_map: dict[str, list[tuple[int, str, int]]] | None = None
+
+
+def _alias_lookup(
+    conn: sqlite3.Connection, state: _WriteState, canonical: str
+) -> list[tuple[int, str, int]]:
+    """Nodes that carry ``canonical`` as an alias (e.g. a merged-away name): (id, type, count)."""
+    if state.alias_map is None:
+        mapping: dict[str, list[tuple[int, str, int]]] = {}
+        for node_id, node_type, aliases, count in conn.execute(
+            "SELECT id, type, aliases, mention_count FROM graph_nodes "
+            "WHERE type <> 'self' AND aliases <> '[]'"
+        ):
+            for alias in _load_aliases(aliases):
+                # A folded-in name is stored in its canonical form, which canonicalises
+                # again to itself except for doubled articles ("the the band"): keep both.
+                for key in {_canonicalize(alias), _alias_key(alias)}:
+                    mapping.setdefault(key, []).append((int(node_id), str(node_type), int(count)))
+        state.alias_map = mapping
+    found = state.alias_map.get(canonical, [])
+    return sorted(found, key=lambda item: (-item[2], item[0]))
+
+
+def upsert_node(
+    conn: sqlite3.Connection,
+    name: object,
+    node_type: object = DEFAULT_TYPE,
+    confidence: float = CONFIDENCE_NOT_IN_TEXT,
+    *,
+    now: str | None = None,
+    _state: _WriteState | None = None,
+) -> int | None:
+    """Insert or update one entity; the node id, the self id for the user, None for no name."""
+    if is_self_name(name):
+        return ensure_self_node(conn)
+    canonical = _canonicalize(name)
+    if not canonical:
+        return None
+    state = _state or _WriteState(now or now_ts(), ensure_self_node(conn))
+    wanted = _node_type(node_type)
+    raw = _raw_form(name)
+    rows = conn.execute(
+        "SELECT id, type, mention_count FROM graph_nodes WHERE canonical_name = ? "
+        "AND type <> 'self' ORDER BY mention_count DESC, id",
+        (canonical,),
+    ).fetchall()
+    target: int | None = None
+    upgrade = False
+    if wanted == DEFAULT_TYPE:
+        target = int(rows[0][0]) if rows else None
+    else:
+        exact = [r for r in rows if r[1] == wanted]
+        if exact:
+            target = int(exact[0][0])
+        elif len(rows) == 1 and rows[0][1] == DEFAULT_TYPE:
+            target, upgrade = int(rows[0][0]), True
+    if target is None and not rows:
+        # A name folded into another node by a merge resolves to the survivor.
+        for node_id, alias_type, _count in _alias_lookup(conn, state, canonical):
+            if wanted in (DEFAULT_TYPE, alias_type) or alias_type == DEFAULT_TYPE:
+                target = node_id
+                upgrade = wanted != DEFAULT_TYPE and alias_type == DEFAULT_TYPE
+                break
+    if target is None:
+        aliases = _merge_aliases([raw], [], canonical)
+        cur = conn.execute(
+            "INSERT INTO graph_nodes (type, canonical_name, aliases, created_at, updated_at, "
+            "importance, confidence, mention_count) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            (wanted, canonical, _dump_aliases(aliases), state.now, state.now,
+             _node_importance(1), confidence),
+        )  # fmt: skip
+        node_id = int(cur.lastrowid or 0)
+        state.new_nodes.append(node_id)
+        state.gen_changed = True
+        if _state is None:
+            _bump_gen(conn)
+        return node_id
+    row = conn.execute(
+        "SELECT canonical_name, aliases, confidence, mention_count FROM graph_nodes WHERE id = ?",
+        (target,),
+    ).fetchone()
+    own_name, old_aliases_raw, old_conf, count = str(row[0]), row[1], float(row[2]), int(row[3])
+    old_aliases = _load_aliases(old_aliases_raw)
+    aliases = _merge_aliases([raw], old_aliases, own_name)
+    new_count = count + 1
+    conn.execute(
+        "UPDATE graph_nodes SET updated_at = ?, mention_count = ?, confidence = ?, "
+        "importance = ?, aliases = ? WHERE id = ?",
+        (state.now, new_count, (old_conf * count + confidence) / new_count,
+         _node_importance(new_count), _dump_aliases(aliases), target),
+    )  # fmt: skip
+    if upgrade:
+        clash = conn.execute(
+            "SELECT 1 FROM graph_nodes WHERE type = ? AND canonical_name = ?", (wanted, own_name)
+        ).fetchone()
+        if clash is None:
+            conn.execute("UPDATE graph_nodes SET type = ? WHERE id = ?", (wanted, target))
+    if aliases != old_aliases:
+        state.gen_changed = True
+        if _state is None:
+            _bump_gen(conn)
+    return target
+
+
+def upsert_edge(
+    conn: sqlite3.Connection,
+    source_id: int,
+    target_id: int,
+    relation: object,
+    confidence: float = CONFIDENCE_NOT_IN_TEXT,
+    *,
+    now: str | None = None,
+    chunk_id: int | None = None,
+) -> int | None:
+    """Insert or refresh one relationship; None for an empty relation or a self-loop."""
+    rel = _relation(relation)
+    if not rel or source_id == target_id:
+        return None
+    now = now or now_ts()
+    row = conn.execute(
+        "SELECT id, confidence, seen_count FROM graph_edges WHERE source_node = ? "
+        "AND target_node = ? AND relationship = ?",
+        (source_id, target_id, rel),
+    ).fetchone()
+    if row is None:
+        importance, weight = _edge_scores(confidence, 1)
+        cur = conn.execute(
+            "INSERT INTO graph_edges (source_node, target_node, relationship, confidence, "
+            "importance, weight, created_at, last_seen, seen_count, source_chunk_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+            (source_id, target_id, rel, confidence, importance, weight, now, now, chunk_id),
+        )
+        return int(cur.lastrowid or 0)
+    edge_id, old_conf, seen = int(row[0]), float(row[1]), int(row[2])
+    new_seen = seen + 1
+    new_conf = (old_conf * seen + confidence) / new_seen
+    importance, weight = _edge_scores(new_conf, new_seen)
+    conn.execute(
+        "UPDATE graph_edges SET last_seen = ?, seen_count = ?, confidence = ?, importance = ?, "
+        "weight = ?, source_chunk_id = COALESCE(source_chunk_id, ?) WHERE id = ?",
+        (now, new_seen, new_conf, importance, weight, chunk_id, edge_id),
+    )
+    return edge_id
+
+
+def _chunks_naming(
+    names: Iterable[str], chunk_tokens: Sequence[tuple[int, tuple[str, ...]]]
+) -> list[int]:
+    """Chunks (in turn order) whose text names every one of ``names`` at a word boundary."""
+    wanted = [n for n in names if _tokens(n)]
+    if not wanted:
+        return []
+    return [cid for cid, tokens in chunk_tokens if all(_occurs(n, tokens) for n in wanted)]
+
+
+def _fts_phrase(name: str) -> str:
+    """An FTS5 phrase query for a name: one quoted string, so no operator can leak through."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _backfill_mentions(conn: sqlite3.Connection, node_id: int, name: str, now: str) -> None:
+    if not _tokens(name):
+        return
+    try:
+        conn.execute(
+            "INSERT OR IGNORE INTO graph_mentions (node_id, chunk_id, created_at) "
+            "SELECT ?, id, ? FROM (SELECT c.id AS id FROM chunks_fts "
+            "JOIN chunks c ON c.id = chunks_fts.rowid WHERE chunks_fts MATCH ? "
+            "ORDER BY c.created_at DESC, c.id DESC LIMIT ?)",
+            (node_id, now, _fts_phrase(name), FTS_BACKFILL_CHUNKS),
+        )
+    except sqlite3.Error as exc:
+        logger.debug("FTS phrase link for a new node failed: %s", exc)
+
+
+def _mention(conn: sqlite3.Connection, node_id: int, chunk_ids: Iterable[int], now: str) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO graph_mentions (node_id, chunk_id, created_at) VALUES (?, ?, ?)",
+        [(node_id, cid, now) for cid in chunk_ids],
+    )
+
+
+def enforce_caps(conn: sqlite3.Connection, node_cap: int, edge_cap: int) -> tuple[int, int]:
+    """Delete the lowest non-self nodes, then the lowest edges, down to the caps."""
+    nodes_over = int(
+        conn.execute("SELECT count(*) FROM graph_nodes WHERE type <> 'self'").fetchone()[0]
+    ) - max(1, int(node_cap))
+    removed_nodes = 0
+    if nodes_over > 0:
+        removed_nodes = conn.execute(
+            "DELETE FROM graph_nodes WHERE id IN (SELECT id FROM graph_nodes WHERE type <> 'self' "
+            "ORDER BY importance, mention_count, updated_at, id LIMIT ?)",
+            (nodes_over,),
+        ).rowcount
+        _bump_gen(conn)
+    edges_over = int(conn.execute("SELECT count(*) FROM graph_edges").fetchone()[0]) - max(
+        1, int(edge_cap)
+    )
+    removed_edges = 0
+    if edges_over > 0:
+        removed_edges = conn.execute(
+            "DELETE FROM graph_edges WHERE id IN (SELECT id FROM graph_edges "
+            "ORDER BY importance, seen_count, last_seen, id LIMIT ?)",
+            (edges_over,),
+        ).rowcount
+    return removed_nodes, removed_edges
+
+
+def store_extraction(
+    conn: sqlite3.Connection,
+    entities: Iterable[Any],
+    relationships: Iterable[Any],
+    chunk_rows: Sequence[tuple[int, str]],
+    *,
+    source_text: str = "",
+    node_cap: int = 2000,
+    edge_cap: int = 5000,
+    fts_enabled: bool = False,
+    now: str | None = None,
+) -> dict[str, int]:
+    """Store one extraction's entities and relationships (§5.7), inside the caller's atomic().
+
+    ``chunk_rows`` are the turn's ``(chunk_id, text)``: each entity is linked to the chunks that
+    name it at a word boundary, else to the first chunk; each new node also to its ≤ 50 most
+    recent FTS phrase matches. Caps are enforced last. Returns counts for logging.
+    """
+    state = _WriteState(now or now_ts(), ensure_self_node(conn))
+    source_tokens = _text_tokens(source_text)
+    chunk_tokens = [(int(cid), _text_tokens(text)) for cid, text in chunk_rows]
+    first_chunk = [chunk_tokens[0][0]] if chunk_tokens else []
+    resolved: dict[str, tuple[int, str]] = {}  # canonical → (node id, raw form)
+    self_key = "\x00self"
+
+    def resolve(raw_name: object, node_type: object, item: Mapping[str, Any]) -> str | None:
+        if not isinstance(raw_name, str):
+            return None
+        if is_self_name(raw_name):
+            resolved.setdefault(self_key, (state.self_id, ""))
+            return self_key
+        canonical = _canonicalize(raw_name)
+        if not canonical:
+            return None
+        if canonical in resolved:
+            return canonical
+        raw = _raw_form(raw_name)
+        in_text = _occurs(raw, source_tokens) or _occurs(canonical, source_tokens)
+        node_id = upsert_node(conn, raw_name, node_type, _item_confidence(item, in_text),
+                              _state=state)  # fmt: skip
+        if node_id is None:
+            return None
+        resolved[canonical] = (node_id, raw)
+        return canonical
+
+    for item in entities or ():
+        if isinstance(item, Mapping):
+            resolve(item.get("name"), item.get("type"), item)
+    edges = 0
+    for item in relationships or ():
+        if not isinstance(item, Mapping):
+            continue
+        raw_relation = item.get("relation")
+        relation = _relation(raw_relation) if isinstance(raw_relation, str) else ""
+        if not relation:
+            continue
+        source_key = resolve(item.get("source"), DEFAULT_TYPE, {})
+        target_key = None if source_key is None else resolve(item.get("target"), DEFAULT_TYPE, {})
+        if source_key is None or target_key is None:
+            continue
+        (source_id, source_raw), (target_id, target_raw) = (
+            resolved[source_key],
+            resolved[target_key],
+        )
+        if source_id == target_id:
+            continue
+        names = [n for n in (source_raw, target_raw) if n]
+        in_text = all(_occurs(n, source_tokens) for n in names)
+        naming = _chunks_naming(names, chunk_tokens) or first_chunk
+        chunk = naming[0] if naming else None
+        confidence = _item_confidence(item, in_text)
+        edge = upsert_edge(
+            conn, source_id, target_id, relation, confidence, now=state.now, chunk_id=chunk
+        )
+        edges += edge is not None
+    for key, (node_id, raw) in resolved.items():
+        if key == self_key or not chunk_tokens:
+            continue
+        named = _chunks_naming([raw], chunk_tokens) or _chunks_naming([key], chunk_tokens)
+        _mention(conn, node_id, named or first_chunk, state.now)
+    if fts_enabled:
+        for node_id in state.new_nodes:
+            name = next((k for k, (nid, _) in resolved.items() if nid == node_id), "")
+            _backfill_mentions(conn, node_id, name, state.now)
+    if state.gen_changed:
+        _bump_gen(conn)
+    removed_nodes, removed_edges = enforce_caps(conn, node_cap, edge_cap)
+    return {
+        "nodes": len([k for k in resolved if k != self_key]),
+        "new_nodes": len(state.new_nodes),
+        "edges": edges,
+        "trimmed_nodes": removed_nodes,
+        "trimmed_edges": removed_edges,
+    }
+
+
+def link_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int], *,
+                now: str | None = None) -> int:  # fmt: skip
+    """The link job (§5.7): mention every known name or alias that appears in these chunks.
+
+    ``INSERT OR IGNORE``, so it is idempotent. A node that gains a mention counts as seen now
+    (``updated_at``), so a name that keeps coming up does not decay. Returns rows inserted.
+    """
+    ids = [int(c) for c in chunk_ids]
+    if not ids:
+        return 0
+    index = _name_index(conn)
+    if not index.by_first:
+        return 0
+    now = now or now_ts()
+    rows: list[tuple[int, int, str]] = []
+    for part in _chunks(ids):
+        for chunk_id, text in conn.execute(
+            f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", list(part)
+        ):
+            for node_id in index.matches(_text_tokens(text)):
+                rows.append((node_id, int(chunk_id), now))
+    inserted = 0
+    touched: set[int] = set()
+    for row in rows:
+        cur = conn.execute(
+            "INSERT OR IGNORE INTO graph_mentions (node_id, chunk_id, created_at) VALUES (?, ?, ?)",
+            row,
+        )
+        if cur.rowcount > 0:
+            inserted += 1
+            touched.add(row[0])
+    for part in _chunks(sorted(touched)):
+        conn.execute(
+            f"UPDATE graph_nodes SET updated_at = ? WHERE id IN ({','.join('?' * len(part))}) "
+            "AND updated_at < ?",
+            (now, *part, now),
+        )
+    return inserted
 
 
 def has_nodes(conn: sqlite3.Connection) -> bool:
@@ -14,42 +1097,501 @@ def has_nodes(conn: sqlite3.Connection) -> bool:
     return row is not None
 
 
-def link_chunks(conn: sqlite3.Connection, chunk_ids: list[int]) -> int:
-    return 0
+# -- maintenance ----------------------------------------------------------------------------
 
 
-def build_signal(database: Any, text: str, hops: int) -> Any:
-    return None
+def apply_decay(
+    conn: sqlite3.Connection, half_life_days: float, threshold: float, *, now: Any = None
+) -> dict[str, int]:
+    """Delete edges, then non-self nodes, whose ``confidence·r(age, h)`` fell below threshold.
+
+    Edges age from ``last_seen`` and nodes from ``updated_at``. Returns
+    ``graph_nodes_archived`` and ``graph_edges_archived`` (edges removed in total, including
+    those that went with a decayed node).
+    """
+    moment = utcnow() if now is None else now
+
+    def faded(confidence: float, ts: str) -> bool:
+        return confidence * recency(age_days(ts, moment), half_life_days) < threshold
+
+    edges_before = int(conn.execute("SELECT count(*) FROM graph_edges").fetchone()[0])
+    dead_edges = [
+        int(r[0])
+        for r in conn.execute("SELECT id, confidence, last_seen FROM graph_edges")
+        if faded(float(r[1]), str(r[2]))
+    ]
+    for part in _chunks(dead_edges):
+        conn.execute(f"DELETE FROM graph_edges WHERE id IN ({','.join('?' * len(part))})", part)
+    dead_nodes = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT id, confidence, updated_at FROM graph_nodes WHERE type <> 'self'"
+        )
+        if faded(float(r[1]), str(r[2]))
+    ]
+    for part in _chunks(dead_nodes):
+        conn.execute(f"DELETE FROM graph_nodes WHERE id IN ({','.join('?' * len(part))})", part)
+    if dead_nodes:
+        _bump_gen(conn)
+    edges_after = int(conn.execute("SELECT count(*) FROM graph_edges").fetchone()[0])
+    return {"graph_nodes_archived": len(dead_nodes),
+            "graph_edges_archived": edges_before - edges_after}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Node:
+    id: int
+    type: str
+    name: str
+    aliases: tuple[str, ...]
+    confidence: float
+    mentions: int
+    created_at: str
+    updated_at: str
+
+
+def _load_node(conn: sqlite3.Connection, node_id: int) -> _Node | None:
+    row = conn.execute(
+        "SELECT id, type, canonical_name, aliases, confidence, mention_count, created_at, "
+        "updated_at FROM graph_nodes WHERE id = ?",
+        (node_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return _Node(int(row[0]), str(row[1]), str(row[2]), tuple(_load_aliases(row[3])),
+                 float(row[4]), int(row[5]), str(row[6]), str(row[7]))  # fmt: skip
+
+
+def _fold_edge_into(conn: sqlite3.Connection, keep: int, drop: int) -> None:
+    rows = {
+        int(r[0]): r
+        for r in conn.execute(
+            "SELECT id, confidence, seen_count, last_seen, created_at, source_chunk_id "
+            "FROM graph_edges WHERE id IN (?, ?)",
+            (keep, drop),
+        )
+    }
+    a, b = rows[keep], rows[drop]
+    seen = int(a[2]) + int(b[2])
+    confidence = (float(a[1]) * int(a[2]) + float(b[1]) * int(b[2])) / seen
+    importance, weight = _edge_scores(confidence, seen)
+    conn.execute("DELETE FROM graph_edges WHERE id = ?", (drop,))
+    conn.execute(
+        "UPDATE graph_edges SET seen_count = ?, confidence = ?, importance = ?, weight = ?, "
+        "last_seen = ?, created_at = ?, source_chunk_id = COALESCE(source_chunk_id, ?) "
+        "WHERE id = ?",
+        (seen, confidence, importance, weight, max(str(a[3]), str(b[3])),
+         min(str(a[4]), str(b[4])), b[5], keep),
+    )  # fmt: skip
+
+
+def fold_nodes(conn: sqlite3.Connection, a: int, b: int) -> int | None:
+    """Fold two nodes into one (§5.7 Fold) and return the survivor's id.
+
+    The survivor has more mentions (the older id on a tie) and takes the loser's name and
+    aliases, summed mentions and the mention-weighted confidence; if the survivor was a plain
+    ``entity`` it takes the loser's specific type. Edges are repointed (self-loops dropped,
+    collisions folded), mentions repointed, and the loser deleted. The self node never folds.
+    """
+    first, second = _load_node(conn, a), _load_node(conn, b)
+    if first is None or second is None or first.id == second.id:
+        return None
+    if SELF_TYPE in (first.type, second.type):
+        return None
+    survivor, loser = sorted((first, second), key=lambda n: (-n.mentions, n.id))
+    mentions = survivor.mentions + loser.mentions
+    confidence = (
+        survivor.confidence * survivor.mentions + loser.confidence * loser.mentions
+    ) / max(1, mentions)
+    aliases = _merge_aliases([loser.name, *loser.aliases], survivor.aliases, survivor.name)
+    conn.execute(
+        "UPDATE graph_nodes SET aliases = ?, mention_count = ?, confidence = ?, importance = ?, "
+        "updated_at = ?, created_at = ? WHERE id = ?",
+        (_dump_aliases(aliases), mentions, confidence, _node_importance(mentions),
+         max(survivor.updated_at, loser.updated_at), min(survivor.created_at, loser.created_at),
+         survivor.id),
+    )  # fmt: skip
+    for edge_id, source, target, relation in conn.execute(
+        "SELECT id, source_node, target_node, relationship FROM graph_edges "
+        "WHERE source_node = ? OR target_node = ? ORDER BY id",
+        (loser.id, loser.id),
+    ).fetchall():
+        new_source = survivor.id if source == loser.id else int(source)
+        new_target = survivor.id if target == loser.id else int(target)
+        if new_source == new_target:
+            conn.execute("DELETE FROM graph_edges WHERE id = ?", (edge_id,))
+            continue
+        clash = conn.execute(
+            "SELECT id FROM graph_edges WHERE source_node = ? AND target_node = ? "
+            "AND relationship = ? AND id <> ?",
+            (new_source, new_target, relation, edge_id),
+        ).fetchone()
+        if clash is not None:
+            _fold_edge_into(conn, int(clash[0]), int(edge_id))
+        else:
+            conn.execute(
+                "UPDATE graph_edges SET source_node = ?, target_node = ? WHERE id = ?",
+                (new_source, new_target, edge_id),
+            )
+    conn.execute(
+        "INSERT OR IGNORE INTO graph_mentions (node_id, chunk_id, created_at) "
+        "SELECT ?, chunk_id, created_at FROM graph_mentions WHERE node_id = ?",
+        (survivor.id, loser.id),
+    )
+    conn.execute("DELETE FROM graph_nodes WHERE id = ?", (loser.id,))
+    if survivor.type == DEFAULT_TYPE and loser.type != DEFAULT_TYPE:
+        clash = conn.execute(
+            "SELECT 1 FROM graph_nodes WHERE type = ? AND canonical_name = ?",
+            (loser.type, survivor.name),
+        ).fetchone()
+        if clash is None:
+            conn.execute("UPDATE graph_nodes SET type = ? WHERE id = ?", (loser.type, survivor.id))
+    _bump_gen(conn)
+    return survivor.id
+
+
+def dedupe_exact(conn: sqlite3.Connection) -> int:
+    """Deterministic dedupe: fold each ``entity`` node into the specific-typed node of the
+    same canonical name (the most-mentioned one if there are several). Returns folds made."""
+    pairs = conn.execute(
+        "SELECT e.id, (SELECT s.id FROM graph_nodes s WHERE s.canonical_name = e.canonical_name "
+        "AND s.type NOT IN ('entity', 'self') ORDER BY s.mention_count DESC, s.id LIMIT 1) "
+        "FROM graph_nodes e WHERE e.type = 'entity' ORDER BY e.id"
+    ).fetchall()
+    folded = 0
+    for entity_id, specific_id in pairs:
+        if specific_id is not None and fold_nodes(conn, int(entity_id), int(specific_id)):
+            folded += 1
+    return folded
+
+
+def _pair_key(a: _Node, b: _Node) -> tuple[str, str, str, str]:
+    (ta, na), (tb, nb) = sorted([(a.type, a.name), (b.type, b.name)])
+    return ta, na, tb, nb
+
+
+def _merge_tokens(name: str) -> set[str]:
+    return {t for t in _tokens(name) if len(t) >= MERGE_TOKEN_MIN_CHARS and t not in STOPWORDS}
+
+
+def merge_candidates(
+    conn: sqlite3.Connection, review_window_days: float, *, now: Any = None
+) -> list[tuple[_Node, _Node]]:
+    """Unreviewed pairs worth asking about, oldest first (by larger id, then smaller id).
+
+    Both non-self; same type or one is ``entity``; sharing a folded token of ≥ 3 characters
+    (stopwords aside); at least one created within the review window.
+    """
+    cutoff = ts_minus(review_window_days * 86400.0, now)
+    nodes = {
+        int(r[0]): _Node(
+            int(r[0]),
+            str(r[1]),
+            str(r[2]),
+            tuple(_load_aliases(r[3])),
+            float(r[4]),
+            int(r[5]),
+            str(r[6]),
+            str(r[7]),
+        )  # fmt: skip
+        for r in conn.execute(
+            "SELECT id, type, canonical_name, aliases, confidence, mention_count, created_at, "
+            "updated_at FROM graph_nodes WHERE type <> 'self'"
+        )
+    }
+    by_token: dict[str, list[int]] = {}
+    for node in nodes.values():
+        for token in _merge_tokens(node.name):
+            by_token.setdefault(token, []).append(node.id)
+    reviewed = {
+        (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
+        for r in conn.execute("SELECT type_a, name_a, type_b, name_b FROM graph_merge_reviews")
+    }
+    pairs: set[tuple[int, int]] = set()
+    for node in nodes.values():
+        if node.created_at < cutoff:
+            continue
+        for token in _merge_tokens(node.name):
+            for other_id in by_token[token]:
+                if other_id != node.id:
+                    pairs.add((min(node.id, other_id), max(node.id, other_id)))
+    out: list[tuple[_Node, _Node]] = []
+    for low, high in sorted(pairs, key=lambda p: (p[1], p[0])):
+        a, b = nodes[low], nodes[high]
+        if a.type != b.type and DEFAULT_TYPE not in (a.type, b.type):
+            continue
+        if _pair_key(a, b) in reviewed:
+            continue
+        out.append((a, b))
+    return out
+
+
+def llm_merge(
+    database: Database,
+    ask: Callable[[str], str],
+    *,
+    review_window_days: float = 7.0,
+    max_calls: int = MERGE_CALLS_PER_SWEEP,
+    now: Any = None,
+) -> int:
+    """Ask ``ask`` (the gated LLM) whether candidate pairs are one entity; fold the "yes" ones.
+
+    At most ``max_calls`` calls; every yes/no verdict is recorded and never asked again; an
+    unclear reply records nothing. A gate refusal (``GateDenied``/``GateDeferred``) stops the
+    step. The write lock is never held during a call. Returns the number of folds.
+    """
+    with database.read() as conn:
+        candidates = merge_candidates(conn, review_window_days, now=now)
+    gone: set[int] = set()
+    calls = merged = 0
+    for a, b in candidates:
+        if calls >= max_calls:
+            break
+        if a.id in gone or b.id in gone:
+            continue
+        prompt = build_same_entity_prompt(a.name, a.type, b.name, b.type)
+        calls += 1
+        try:
+            reply = ask(prompt)
+        except (GateDenied, GateDeferred) as exc:
+            logger.info("entity merge review stopped: %s", exc)
+            break
+        verdict = parse_yes_no(reply)
+        if verdict is None:
+            continue
+        with database.atomic() as conn:
+            current_a, current_b = _load_node(conn, a.id), _load_node(conn, b.id)
+            if current_a is None or current_b is None:
+                continue
+            key = _pair_key(a, b)
+            conn.execute(
+                "INSERT OR IGNORE INTO graph_merge_reviews (type_a, name_a, type_b, name_b, "
+                "verdict, reviewed_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (*key, "same" if verdict else "different", now_ts()),
+            )
+            if verdict:
+                survivor = fold_nodes(conn, a.id, b.id)
+                if survivor is not None:
+                    merged += 1
+                    gone.add(b.id if survivor == a.id else a.id)
+    return merged
+
+
+def merge_duplicates(
+    database: Database,
+    ask: Callable[[str], str] | None = None,
+    *,
+    review_window_days: float = 7.0,
+    max_calls: int = MERGE_CALLS_PER_SWEEP,
+) -> dict[str, int]:
+    """Deterministic dedupe, then (when ``ask`` is given, i.e. at FULL) the LLM merge."""
+    with database.atomic() as conn:
+        stats = {"graph_deduped": dedupe_exact(conn)}
+    if ask is not None:
+        stats["graph_merged"] = llm_merge(
+            database, ask, review_window_days=review_window_days, max_calls=max_calls
+        )
+    return stats
+
+
+def components(conn: sqlite3.Connection) -> dict[int, set[int]]:
+    """Connected components of ≥ 2 nodes over edges that do not touch the self node, keyed
+    by their smallest member id (union-find)."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        root = x
+        while parent.setdefault(root, root) != root:
+            root = parent[root]
+        while parent[x] != root:
+            parent[x], x = root, parent[x]
+        return root
+
+    for source, target in conn.execute(
+        "SELECT e.source_node, e.target_node FROM graph_edges e "
+        "JOIN graph_nodes s ON s.id = e.source_node JOIN graph_nodes t ON t.id = e.target_node "
+        "WHERE s.type <> 'self' AND t.type <> 'self'"
+    ):
+        ra, rb = find(int(source)), find(int(target))
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    members: dict[int, set[int]] = {}
+    for node in list(parent):
+        members.setdefault(find(node), set()).add(node)
+    return {min(m): m for m in members.values() if len(m) >= 2}
+
+
+def compute_clusters(conn: sqlite3.Connection) -> int:
+    """Store the clusters: connected components (≥ 2 nodes), the self node excluded.
+
+    ``cluster_id`` is the smallest member id. A label survives only while the member set is
+    unchanged; nodes that left every cluster lose both id and label. Returns the count.
+    """
+    clusters = components(conn)
+    old: dict[int, tuple[int | None, str | None]] = {
+        int(r[0]): (None if r[1] is None else int(r[1]), r[2])
+        for r in conn.execute(
+            "SELECT id, cluster_id, cluster_label FROM graph_nodes WHERE cluster_id IS NOT NULL "
+            "OR cluster_label IS NOT NULL"
+        )
+    }
+    old_sets: dict[int, set[int]] = {}
+    for node_id, (cluster_id, _label) in old.items():
+        if cluster_id is not None:
+            old_sets.setdefault(cluster_id, set()).add(node_id)
+    wanted: dict[int, tuple[int | None, str | None]] = {}
+    for cluster_id, nodes in clusters.items():
+        label = None
+        if old_sets.get(cluster_id) == nodes:
+            labels = {old[n][1] for n in nodes} - {None}
+            if len(labels) == 1:
+                label = labels.pop()
+        for node_id in nodes:
+            wanted[node_id] = (cluster_id, label)
+    for node_id in old:
+        wanted.setdefault(node_id, (None, None))
+    changes = [
+        (cluster_id, label, node_id)
+        for node_id, (cluster_id, label) in wanted.items()
+        if old.get(node_id, (None, None)) != (cluster_id, label)
+    ]
+    conn.executemany(
+        "UPDATE graph_nodes SET cluster_id = ?, cluster_label = ? WHERE id = ?", changes
+    )
+    return len(clusters)
+
+
+def label_clusters(
+    database: Database, ask: Callable[[str], str], *, max_calls: int = LABEL_CALLS_PER_SWEEP
+) -> int:
+    """Name unlabelled clusters, largest first (ties by id), ≤ ``max_calls`` calls per sweep.
+
+    The prompt lists up to 12 member names, most mentioned first; a label is written only if
+    the cluster's members did not change meanwhile. Returns the number of labels written.
+    """
+    with database.read() as conn:
+        rows = conn.execute(
+            "SELECT cluster_id, id, canonical_name, mention_count FROM graph_nodes "
+            "WHERE cluster_id IS NOT NULL AND type <> 'self' AND cluster_id IN (SELECT "
+            "cluster_id FROM graph_nodes WHERE cluster_id IS NOT NULL GROUP BY cluster_id "
+            "HAVING max(cluster_label IS NOT NULL) = 0)"
+        ).fetchall()
+    groups: dict[int, list[tuple[int, str, int]]] = {}
+    for cluster_id, node_id, name, mentions in rows:
+        groups.setdefault(int(cluster_id), []).append((int(node_id), str(name), int(mentions)))
+    order = sorted(groups, key=lambda c: (-len(groups[c]), c))
+    calls = labelled = 0
+    for cluster_id in order:
+        if calls >= max_calls:
+            break
+        members = sorted(groups[cluster_id], key=lambda m: (-m[2], m[0]))
+        prompt = build_cluster_label_prompt([m[1] for m in members[:LABEL_NAMES]])
+        calls += 1
+        try:
+            reply = ask(prompt)
+        except (GateDenied, GateDeferred) as exc:
+            logger.info("cluster labelling stopped: %s", exc)
+            break
+        label = clean_label(reply)
+        if label is None:
+            continue
+        ids = sorted(m[0] for m in members)
+        with database.atomic() as conn:
+            now_ids = sorted(
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM graph_nodes WHERE cluster_id = ?", (cluster_id,)
+                )
+            )
+            if now_ids != ids:
+                continue
+            conn.execute(
+                "UPDATE graph_nodes SET cluster_label = ? WHERE cluster_id = ?",
+                (label, cluster_id),
+            )
+            labelled += 1
+    return labelled
 
 
 def list_clusters(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    return []
+    """``{cluster_id, label, members}`` (members: sorted canonical names), largest first."""
+    groups: dict[int, dict[str, Any]] = {}
+    for cluster_id, label, name in conn.execute(
+        "SELECT cluster_id, cluster_label, canonical_name FROM graph_nodes "
+        "WHERE cluster_id IS NOT NULL AND type <> 'self'"
+    ):
+        group = groups.setdefault(
+            int(cluster_id), {"cluster_id": int(cluster_id), "label": None, "members": []}
+        )
+        group["members"].append(str(name))
+        if label and group["label"] is None:
+            group["label"] = str(label)
+    out = [g for g in groups.values() if len(g["members"]) >= 2]
+    for group in out:
+        group["members"].sort()
+    out.sort(key=lambda g: (-len(g["members"]), g["cluster_id"]))
+    return out
 
 
-def store_extraction(conn: sqlite3.Connection, entities: Any, relationships: Any,
-                     chunk_rows: Any, **kw: Any) -> None:  # fmt: skip
-    return None
+# -- consolidation wrappers (called from background.run_consolidate) --------------------------
 
 
-def consolidate_decay(database: Any, config: Any) -> dict[str, int]:
-    return {}
+def consolidate_decay(database: Database, config: Any) -> dict[str, int]:
+    with database.atomic() as conn:
+        return apply_decay(conn, config.graph_decay_half_life_days, config.graph_archive_threshold)
 
 
-def consolidate_dedupe(database: Any) -> dict[str, int]:
-    return {}
+def consolidate_dedupe(database: Database) -> dict[str, int]:
+    return merge_duplicates(database)
 
 
 def consolidate_llm_merge(services: Any, config: Any) -> dict[str, int]:
-    return {}
+    def ask(prompt: str) -> str:
+        return str(services.ask("entity_merge", prompt, max_tokens=LLM_REPLY_TOKENS))
+
+    merged = llm_merge(services.db, ask, review_window_days=config.graph_merge_review_window_days)
+    return {"graph_merged": merged}
 
 
-def consolidate_clusters(database: Any) -> dict[str, int]:
-    return {}
+def consolidate_clusters(database: Database) -> dict[str, int]:
+    with database.atomic() as conn:
+        return {"clusters": compute_clusters(conn)}
 
 
 def consolidate_labels(services: Any) -> dict[str, int]:
-    return {}
+    def ask(prompt: str) -> str:
+        return str(services.ask("cluster_label", prompt, max_tokens=LLM_REPLY_TOKENS))
+
+    return {"clusters_labeled": label_clusters(services.db, ask)}
 
 
-def timeline_key(conn: sqlite3.Connection, text: str) -> str | None:
+# -- timeline -------------------------------------------------------------------------------
+
+
+def timeline_key(conn: sqlite3.Connection, text: object) -> str | None:
+    """A fact key for a question the fact search could not resolve, through the graph.
+
+    Conservative: the query's seeds first, then their direct neighbours (never through the
+    self node), each in turn by (depth, −strength, id); the first node whose name or alias
+    occurs at a word boundary in a fact's key or value (any version) gives that fact's key,
+    preferring a live row, then the newest. None when nothing is named or nothing matches.
+    """
+    tokens = word_tokens(sanitize(text))
+    if not tokens:
+        return None
+    signal = _signal(conn, tokens, TIMELINE_HOPS)
+    if signal is None:
+        return None
+    facts = [
+        (int(r[0]), str(r[1]), str(r[2]), bool(r[3]))
+        for r in conn.execute(
+            "SELECT id, key, value, invalidated_at IS NULL FROM facts ORDER BY id"
+        )
+    ]
+    matched = [(f, signal.matched_nodes(f[1], f[2])) for f in facts]
+    ordered = sorted(signal.reached.values(), key=lambda r: (r.depth, -r.strength, r.node_id))
+    for node in ordered:
+        hits = [f for f, nodes in matched if node.node_id in nodes]
+        if hits:
+            return max(hits, key=lambda f: (f[3], f[0]))[1]
     return None

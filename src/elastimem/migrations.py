@@ -354,7 +354,8 @@ def _fold_user_node_into_self(conn: sqlite3.Connection) -> None:
     user_nodes = [
         int(r[0])
         for r in conn.execute(
-            "SELECT id FROM graph_nodes WHERE canonical_name IN ('user', 'the user') "
+            "SELECT id FROM graph_nodes WHERE canonical_name IN "
+            "('user', 'the user', 'me', 'myself', 'i', '@self') "
             "AND type <> 'self'"
         )
     ]

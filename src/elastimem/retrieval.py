@@ -118,6 +118,10 @@ class GraphSignal(Protocol):
 
     def fact_score(self, key: str, value: str) -> tuple[float, tuple[str, ...]]: ...
 
+    def fact_candidates(
+        self, conn: sqlite3.Connection, filters: Filters
+    ) -> dict[int, tuple[float, tuple[str, ...]]]: ...
+
     def traversal(self) -> list[GraphTraversalStep]: ...
 
 
@@ -416,33 +420,25 @@ def _rank_facts(
     now: datetime,
 ) -> list[_Candidate]:
     matched = fact_keyword_leg(conn, terms, filters, fts_enabled)
-    where, params = filters.fact_sql("f")
-    rows: list[tuple[object, ...]]
+    lifted: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
-        # Facts can also be lifted by the graph alone: consider every live fact.
-        rows = conn.execute(
-            "SELECT f.id, f.key, f.value, f.valid_from, f.importance FROM facts f "
-            f"WHERE 1 = 1{where}",
-            params,
-        ).fetchall()
-    elif matched:
-        ids = sorted(matched)
-        rows = conn.execute(
-            "SELECT f.id, f.key, f.value, f.valid_from, f.importance FROM facts f "
-            f"WHERE f.id IN ({','.join('?' * len(ids))})",
-            ids,
-        ).fetchall()
-    else:
+        # Facts the graph alone lifts (names of reached nodes in their key or value).
+        try:
+            lifted = graph.fact_candidates(conn, filters)
+        except Exception as exc:
+            logger.debug("graph fact candidates failed: %s", exc)
+    ids = sorted(set(matched) | set(lifted))
+    if not ids:
         return []
+    rows = conn.execute(
+        "SELECT f.id, f.key, f.value, f.valid_from, f.importance FROM facts f "
+        f"WHERE f.id IN ({','.join('?' * len(ids))})",
+        ids,
+    ).fetchall()
     out: list[_Candidate] = []
     for fid, key, value, valid_from, importance in rows:
-        relevance = matched.get(int(fid), 0.0)  # type: ignore[arg-type]
-        g, names = (0.0, ())
-        if graph is not None:
-            try:
-                g, names = graph.fact_score(str(key), str(value))
-            except Exception as exc:
-                logger.debug("graph fact score failed: %s", exc)
+        relevance = matched.get(int(fid), 0.0)
+        g, names = lifted.get(int(fid), (0.0, ()))
         if relevance <= 0 and g <= 0:
             continue
         cand = _Candidate(

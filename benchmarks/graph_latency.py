@@ -1,0 +1,323 @@
+"""What the graph leg adds to ``recall`` latency (SPEC §5.6, §5.7; target ≤ 1 ms at p50).
+
+Builds one store with ``--exchanges`` exchanges (one chunk each, spread over sessions),
+``--nodes`` entities and ``--edges`` relationships (the default caps, 2,000 / 5,000), every
+chunk naming one to three entities, plus a few hundred live facts (the fact leg scores every
+live fact against the graph). Rows are written directly, in bulk, for speed; the queries go
+through the public ``recall`` at FULL (``graph_hops`` 2), once with the graph leg and once
+without it (``graph.build_signal`` answering None), interleaved query by query so drift hits
+both sides alike. Texts and names are generated from a fixed seed, so runs are comparable.
+
+    python benchmarks/graph_latency.py
+    python benchmarks/graph_latency.py --exchanges 20000 --queries 500 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import elastimem
+from elastimem import db, graph
+from elastimem.clock import format_ts, utcnow
+from elastimem.retrieval import Filters
+
+EXCHANGES_PER_SESSION = 20
+RELATIONS = ("knows", "works_at", "lives_in", "owns", "uses", "part_of", "likes", "visited")
+_WORDS = (
+    "the a my our we i you they it this that and but so because then when after before "
+    "dog garden kitchen office meeting project deadline doctor appointment birthday sister "
+    "brother friend trip train flight hotel coffee tea dinner recipe pasta running marathon "
+    "knee book novel chapter code bug release database backup invoice tax budget salary rent "
+    "moved started finished booked cancelled remembered forgot liked planned tomorrow "
+    "yesterday weekend morning evening next last every often never always really very quite"
+).split()
+_SYLLABLES = (
+    "ka to ri mi no sa lu be ra vo ze ni qu ta el an or is um fa go de pi ho ju ly we xe"
+).split()
+
+
+def _names(count: int, rng: random.Random) -> list[str]:
+    """Distinct made-up, capitalised one- or two-word names ("Kato", "Rimi Sabe")."""
+    seen: set[str] = set()
+    names: list[str] = []
+    while len(names) < count:
+        words = [
+            "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+            for _ in range(rng.choice((1, 1, 2)))
+        ]
+        name = " ".join(words)
+        if name.casefold() not in seen and graph._canonicalize(name) not in graph.SELF_NAMES:
+            seen.add(name.casefold())
+            names.append(name)
+    return names
+
+
+def _sentence(rng: random.Random, mentioned: list[str]) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 16))]
+    for name in mentioned:
+        words.insert(rng.randrange(len(words) + 1), name)
+    return " ".join(words).capitalize() + "."
+
+
+def build(path: str, args: argparse.Namespace) -> tuple[elastimem.Elastimem, list[str]]:
+    rng = random.Random(args.seed)
+    names = _names(args.nodes, rng)
+    mem = elastimem.Elastimem(
+        path,
+        tier_override="full",
+        disable_builtin_embedder=True,
+        graph_node_cap=max(args.nodes, 1),
+        graph_edge_cap=max(args.edges, 1),
+    )
+    start = utcnow()
+    sessions = max(1, args.exchanges // EXCHANGES_PER_SESSION)
+    with mem._db.atomic() as conn:
+        me = int(conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchone()[0])
+        now = format_ts(start)
+        node_ids: list[int] = []
+        for name in names:
+            cur = conn.execute(
+                "INSERT INTO graph_nodes (type, canonical_name, aliases, created_at, "
+                "updated_at, importance, confidence, mention_count) "
+                "VALUES ('thing', ?, '[]', ?, ?, 0.5, ?, 1)",
+                (graph._canonicalize(name), now, now, rng.choice((0.4, 0.7, 0.7, 0.9))),
+            )
+            node_ids.append(int(cur.lastrowid or 0))
+        pairs: set[tuple[int, int, str]] = set()
+        while len(pairs) < args.edges:
+            # One endpoint is drawn with a power-law skew, so hubs form as in real graphs
+            # (--skew 2: the busiest entity has ~2% of the edges); ~5% touch the user.
+            if rng.random() < 0.05:
+                source = me
+            else:
+                source = node_ids[int(len(node_ids) * rng.random() ** args.skew)]
+            target = rng.choice(node_ids)
+            if source != target:
+                pairs.add((source, target, rng.choice(RELATIONS)))
+        conn.executemany(
+            "INSERT INTO graph_edges (source_node, target_node, relationship, confidence, "
+            "importance, weight, created_at, last_seen) VALUES (?, ?, ?, 0.7, 0.5, 0.7, ?, ?)",
+            [(s, t, r, now, now) for s, t, r in pairs],
+        )
+        mentions: list[tuple[int, int, str]] = []
+        exchange = 0
+        for s in range(sessions):
+            session_at = format_ts(start.replace(microsecond=0) - timedelta(days=sessions - s))
+            session_id = conn.execute(
+                "INSERT INTO sessions (started_at, ended_at, title, message_count) "
+                "VALUES (?, ?, 'bench', ?)",
+                (session_at, session_at, 2 * EXCHANGES_PER_SESSION),
+            ).lastrowid
+            for turn in range(EXCHANGES_PER_SESSION):
+                if exchange >= args.exchanges:
+                    break
+                picked = rng.sample(range(len(names)), rng.randint(1, 3))
+                user = _sentence(rng, [names[i] for i in picked])
+                assistant = _sentence(rng, [])
+                ids = []
+                for role, text in (("user", user), ("assistant", assistant)):
+                    ids.append(
+                        conn.execute(
+                            "INSERT INTO messages (session_id, turn, role, content, created_at, "
+                            "token_estimate) VALUES (?, ?, ?, ?, ?, ?)",
+                            (session_id, turn + 1, role, text, session_at, len(text) // 4),
+                        ).lastrowid
+                    )
+                chunk_id = conn.execute(
+                    "INSERT INTO chunks (session_id, first_msg_id, last_msg_id, text, "
+                    "created_at) VALUES (?, ?, ?, ?, ?)",
+                    (
+                        session_id,
+                        ids[0],
+                        ids[1],
+                        f"User: {user}\nAssistant: {assistant}",
+                        session_at,
+                    ),
+                ).lastrowid
+                mentions += [(node_ids[i], int(chunk_id or 0), session_at) for i in picked]
+                exchange += 1
+        conn.executemany("INSERT OR IGNORE INTO graph_mentions VALUES (?, ?, ?)", mentions)
+        for i in range(args.facts):
+            conn.execute(
+                "INSERT INTO facts (key, value, category, source, importance, created_at, "
+                "valid_from) VALUES (?, ?, 'note', 'auto', 0.5, ?, ?)",
+                (f"note_{i}", _sentence(rng, [rng.choice(names)])[:200], now, now),
+            )
+        db.bump_meta(conn, "graph.gen")
+    # Half name only (the hop case: the keyword leg is cheap), half with a common word too.
+    queries = [
+        f"what do I know about {rng.choice(names)}?"
+        if i % 2
+        else f"what did {rng.choice(names)} say about the {rng.choice(_WORDS[20:])}?"
+        for i in range(args.queries)
+    ]
+    return mem, queries
+
+
+def _no_signal(database: Any, text: object, hops: int) -> None:
+    return None
+
+
+@contextmanager
+def graph_leg_off() -> Iterator[None]:
+    """``recall`` without the graph leg: the signal is None, as with ``graph_hops`` 0."""
+    original = graph.build_signal
+    graph.build_signal = _no_signal
+    try:
+        yield
+    finally:
+        graph.build_signal = original
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    begin = time.perf_counter()
+    fn()
+    return (time.perf_counter() - begin) * 1000.0
+
+
+def _row(name: str, values: list[float]) -> tuple[str, str, str, str]:
+    values = sorted(values)
+    p95 = values[min(len(values) - 1, int(0.95 * len(values)))]
+    return name, f"{statistics.median(values):.3f}", f"{p95:.3f}", f"{statistics.fmean(values):.3f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exchanges", type=int, default=10_000, help="exchanges (chunks)")
+    parser.add_argument("--nodes", type=int, default=2_000, help="graph nodes")
+    parser.add_argument("--edges", type=int, default=5_000, help="graph edges")
+    parser.add_argument("--facts", type=int, default=300, help="live facts")
+    parser.add_argument("--queries", type=int, default=200, help="distinct queries")
+    parser.add_argument("--repeat", type=int, default=3, help="passes over the queries")
+    parser.add_argument("--skew", type=float, default=2.0, help="hub skew (1 = none)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--db", help="store path (default: a temporary file)")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.db or str(Path(tmp) / "bench.db")
+        started = time.perf_counter()
+        mem, queries = build(path, args)
+        build_s = time.perf_counter() - started
+        try:
+            results = measure(mem, queries, max(1, args.repeat))
+            stats = mem.stats()
+            hub = _busiest(mem)
+        finally:
+            mem.close()
+
+    print(
+        f"store: {stats['chunks']} chunks, {stats['graph_nodes']} nodes, "
+        f"{stats['graph_edges']} edges (busiest entity: {hub} edges), {stats['facts']} facts, "
+        f"FTS {'on' if stats['fts_enabled'] else 'off'}; built in {build_s:.1f} s"
+    )
+    print(
+        f"queries: {len(queries)} x {max(1, args.repeat)} passes, graph_hops 2, "
+        f"median reached nodes {statistics.median(results.pop('reached')):.0f}"
+    )
+    rows = [("", "p50 ms", "p95 ms", "mean ms")]
+    rows += [_row(name, values) for name, values in results.items()]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        print(
+            "  ".join(
+                cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
+                for i, cell in enumerate(row)
+            )
+        )
+    added = statistics.median(results["added by the graph (paired)"])
+    print(f"target: <= 1 ms added at p50 -> {'met' if added <= 1.0 else 'NOT met'}")
+    return 0
+
+
+def measure(mem: elastimem.Elastimem, queries: list[str], repeat: int) -> dict[str, list[float]]:
+    """Paired timings (on and off for the same query, order alternating) and the parts."""
+    for query in queries[:20]:  # warm the name index, statement caches and page cache
+        mem.recall(query)
+        with graph_leg_off():
+            mem.recall(query)
+    on: list[float] = []
+    off: list[float] = []
+    for round_ in range(repeat):
+        for i, query in enumerate(queries):
+            first_on = (i + round_) % 2 == 0
+            for leg_on in (first_on, not first_on):
+                if leg_on:
+                    on.append(_timed(partial(mem.recall, query)))
+                else:
+                    with graph_leg_off():
+                        off.append(_timed(partial(mem.recall, query)))
+    signals = {q: graph.build_signal(mem._db, q, 2) for q in queries}
+    parts: dict[str, list[float]] = {
+        "build_signal": [],
+        "  expand (one query)": [],
+        "extra_chunks (10)": [],
+        "chunk_scores (60 ids)": [],
+        "facts: fact_score on every live fact": [],
+        "facts: fact_candidates": [],
+    }
+    with mem._db.read() as conn:
+        index = graph._name_index(conn)
+        facts = conn.execute("SELECT key, value FROM facts WHERE invalidated_at IS NULL").fetchall()
+        chunk_ids = [int(r[0]) for r in conn.execute("SELECT id FROM chunks LIMIT 60")]
+        for query in queries:
+            seeds = index.seeds(graph.word_tokens(query))
+            found = signals[query]
+            parts["build_signal"].append(
+                _timed(partial(graph._signal, conn, graph.word_tokens(query), 2))
+            )
+            parts["  expand (one query)"].append(
+                _timed(partial(graph.expand, conn, seeds, 2, self_id=index.self_id))
+            )
+            if found is None:
+                continue
+            parts["extra_chunks (10)"].append(
+                _timed(partial(found.extra_chunks, conn, Filters(), 10))
+            )
+            parts["chunk_scores (60 ids)"].append(
+                _timed(partial(found.chunk_scores, conn, chunk_ids))
+            )
+            parts["facts: fact_score on every live fact"].append(
+                _timed(partial(_score_all, found, facts))
+            )
+            parts["facts: fact_candidates"].append(
+                _timed(partial(found.fact_candidates, conn, Filters()))
+            )
+    return {
+        "recall, graph leg off": off,
+        "recall, graph leg on": on,
+        "added by the graph (paired)": [a - b for a, b in zip(on, off, strict=True)],
+        **parts,
+        "reached": [float(len(s.reached)) if s else 0.0 for s in signals.values()],
+    }
+
+
+def _score_all(found: graph.Signal, facts: list[tuple[str, str]]) -> None:
+    """What ranking does today: ``fact_score`` on every live fact."""
+    for key, value in facts:
+        found.fact_score(key, value)
+
+
+def _busiest(mem: elastimem.Elastimem) -> int:
+    with mem._db.read() as conn:
+        row = conn.execute(
+            "SELECT count(*) AS c FROM (SELECT source_node AS n FROM graph_edges UNION ALL "
+            "SELECT target_node FROM graph_edges) JOIN graph_nodes g ON g.id = n "
+            "WHERE g.type <> 'self' GROUP BY n ORDER BY c DESC LIMIT 1"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
