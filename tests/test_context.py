@@ -197,3 +197,17 @@ def test_no_section_ever_exceeds_its_budget(
     assert tokens["lessons"] <= budgets.lessons
     assert plan.tokens == tokens
     mem.close()
+
+
+def test_stored_text_is_rendered_as_inert_data(mem: elastimem.Elastimem) -> None:
+    hostile = "colour \x1b[2J\x1b[31mred\x07 \u202eevil\u2066 \x9b text"
+    mem.record_turn(f"my paint {hostile}", "noted")
+    mem.remember("paint", hostile)
+    mem.add_lesson(f"lesson {hostile}\nsecond line")
+    mem.begin_session()
+    rendered = mem.build_context("paint colour").render()
+    assert "colour" in rendered and "red" in rendered
+    bad = [c for c in rendered if (ord(c) < 32 and c != "\n") or 0x7F <= ord(c) <= 0x9F
+           or 0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069]  # fmt: skip
+    assert bad == []
+    assert mem.facts()["paint"] == hostile.strip()  # stored exactly; only rendering is inert

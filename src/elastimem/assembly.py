@@ -37,6 +37,8 @@ SECTION_ORDER = tuple(SECTION_HEADINGS)
 MIN_TOKENS_TO_CUT = 24
 PAST_MOMENT_CHARS = 240
 PREVIOUS_SESSIONS = 5
+LESSON_CHARS = 400
+GRAPH_LINE_CHARS = 600
 ELLIPSIS = "…"
 
 
@@ -180,7 +182,8 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             return
         with services.db.read() as conn:
             texts = procedural.top_lessons(conn, config.lessons_in_prompt)
-        sections["lessons"] = fit_lines([f"- {t}" for t in texts], budgets.lessons, est)
+        lines = [f"- {one_line(t, LESSON_CHARS)}" for t in texts]
+        sections["lessons"] = fit_lines(lines, budgets.lessons, est)
 
     guarded("retrieval", prepare)
     guarded("user_facts", user_facts)
@@ -265,9 +268,12 @@ def _graph_lines(signal: Any) -> list[str]:
             by_label.setdefault(label, set()).add(name)
         else:
             unlabelled.add(name)
-    lines = [f"- {label}: {', '.join(sorted(names))}" for label, names in sorted(by_label.items())]
+    lines = [
+        one_line(f"- {label}: {', '.join(sorted(names))}", GRAPH_LINE_CHARS)
+        for label, names in sorted(by_label.items())
+    ]
     if unlabelled:
-        lines.append("- " + ", ".join(sorted(unlabelled)))
+        lines.append(one_line("- " + ", ".join(sorted(unlabelled)), GRAPH_LINE_CHARS))
     return lines
 
 

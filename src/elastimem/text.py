@@ -91,7 +91,17 @@ def collapse_whitespace(text: str) -> str:
     return " ".join(text.split())
 
 
+# C0/C1 control characters (ESC starts terminal escape sequences) and the bidi embedding,
+# override and isolate characters that can make rendered text read differently than stored.
+_CONTROL_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """Drop control and bidi-override characters; keep newlines and tabs."""
+    return _CONTROL_CHARS.sub("", text)
+
+
 def one_line(text: str, limit: int) -> str:
-    """Collapse whitespace and cut to ``limit`` characters plus "…"."""
-    flat = collapse_whitespace(text)
+    """Stored text as one inert line: no controls, whitespace collapsed, ≤ ``limit`` + "…"."""
+    flat = collapse_whitespace(strip_controls(text))
     return flat if len(flat) <= limit else flat[:limit] + "…"
