@@ -671,6 +671,7 @@ def real_embedder(tmp_path_factory: pytest.TempPathFactory) -> BuiltinEmbedder:
 
 
 @pytest.mark.embedder
+@pytest.mark.slow  # loads the real model (10-45 s on a busy 2-core machine)
 def test_real_load_is_offline_and_quiet(
     monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -700,6 +701,7 @@ def test_real_load_is_offline_and_quiet(
 
 
 @pytest.mark.embedder
+@pytest.mark.slow  # loads the real model (10-45 s on a busy 2-core machine)
 def test_real_vectors_are_normalised_float32(
     real_embedder: BuiltinEmbedder, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -717,6 +719,7 @@ def test_real_vectors_are_normalised_float32(
 
 
 @pytest.mark.embedder
+@pytest.mark.slow  # loads the real model (10-45 s on a busy 2-core machine)
 def test_real_vectors_carry_meaning(real_embedder: BuiltinEmbedder) -> None:
     puppy, dog, tax = real_embedder.embed(["I adopted a puppy", "new dog", "tax return"])
     assert float(puppy @ dog) > float(puppy @ tax) + 0.2

@@ -401,12 +401,6 @@ def test_graph_lifts_recall_on_hop_questions(corpus: elastimem.Elastimem) -> Non
         assert on - off >= 0.5, (off, on)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with a vector leg, W_GRAPH=0.15 lets graph-only candidates (relevance 0, "
-    "nudge 0.15·0.294 ≈ 0.044) reach the top 5 on 1 of 12 hop questions; W_GRAPH is "
-    "retrieval's to tune (§5.6). Remove this marker once hybrid hop recall@5 ≥ 0.5.",
-)
 def test_graph_lifts_recall_on_hop_questions_with_vectors(
     corpus_stores: dict[str, Any],
 ) -> None:

@@ -213,7 +213,8 @@ def test_round_trip_is_lossless(
 
     # The restored store works: keyword search (FTS rebuilt), vectors, history, the graph.
     again = make_store(target_path, embedder=HashEmbedder())
-    assert [h.kind for h in again.recall("Seattle", kinds=["chunk"])] == ["chunk"]
+    seattle = again.recall("Seattle", kinds=["chunk"])
+    assert seattle and "Seattle" in seattle[0].text
     assert any("Café" in h.text for h in again.recall("café"))
     breakdown = again.explain("nurse clinic").chunk_breakdowns
     assert breakdown and max(b.vector for b in breakdown) > 0

@@ -193,7 +193,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
     guarded("lessons", lessons)
 
     def touch() -> None:
-        if fact_ids:
+        if fact_ids and not services.db.read_only:
             with services.db.atomic() as conn:
                 semantic.touch(conn, fact_ids)
 

