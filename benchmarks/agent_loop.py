@@ -56,28 +56,30 @@ def percentile(values: list[float], q: float) -> float:
 def bench_build_context(exchanges: int, facts: int, samples: int) -> tuple[float, float, int]:
     text = ZipfText(7)
     sentence = text.sentence
-    with tempfile.TemporaryDirectory() as tmp:
-        with elastimem.open(str(Path(tmp) / "bench.db"), disable_builtin_embedder=True) as mem:
-            per_session = 50
-            for start in range(0, exchanges, per_session):
-                mem.begin_session(at="2024-01-01T00:00:00Z")
-                for _ in range(min(per_session, exchanges - start)):
-                    mem.record_turn(sentence(), sentence())
-            mem.end_session(wait=False)
-            for i in range(facts):
-                mem.remember(f"note_{i}_{text.words[i * 7 + 100]}", sentence(6))
-            for i in range(10):
-                mem.add_lesson(f"lesson number {i}: {sentence()}")
-            mem.drain(timeout=60)
-            mem.begin_session()
-            queries = [sentence(10) for _ in range(samples)]
-            for q in queries[:10]:
-                mem.build_context(q)  # warm caches
-            times = []
-            for q in queries:
-                t0 = time.perf_counter()
-                mem.build_context(q)
-                times.append((time.perf_counter() - t0) * 1000)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        elastimem.open(str(Path(tmp) / "bench.db"), disable_builtin_embedder=True) as mem,
+    ):
+        per_session = 50
+        for start in range(0, exchanges, per_session):
+            mem.begin_session(at="2024-01-01T00:00:00Z")
+            for _ in range(min(per_session, exchanges - start)):
+                mem.record_turn(sentence(), sentence())
+        mem.end_session(wait=False)
+        for i in range(facts):
+            mem.remember(f"note_{i}_{text.words[i * 7 + 100]}", sentence(6))
+        for i in range(10):
+            mem.add_lesson(f"lesson number {i}: {sentence()}")
+        mem.drain(timeout=60)
+        mem.begin_session()
+        queries = [sentence(10) for _ in range(samples)]
+        for q in queries[:10]:
+            mem.build_context(q)  # warm caches
+        times = []
+        for q in queries:
+            t0 = time.perf_counter()
+            mem.build_context(q)
+            times.append((time.perf_counter() - t0) * 1000)
     return statistics.median(times), percentile(times, 0.95), len(times)
 
 
@@ -90,20 +92,27 @@ def count_llm_calls(tier: str, turns: int, opt_in: bool = False) -> dict[str, in
         calls[task] = calls.get(task, 0) + 1
         return "NONE" if task == "extract" else "A short summary."
 
-    with tempfile.TemporaryDirectory() as tmp:
-        with elastimem.open(str(Path(tmp) / "calls.db"), llm=llm, tier_override=tier,
-                            lite_llm_extraction=opt_in, disable_builtin_embedder=True) as mem:  # fmt: skip
-            window: list[tuple[str, str]] = []
-            for i in range(turns):
-                if i % 20 == 0:
-                    mem.begin_session()
-                user, reply = sentence(), sentence()
-                mem.record_turn(user, reply)
-                window.append((user, reply))
-                if len(window) > 6:  # a host with a six-turn window evicts the oldest
-                    mem.report_evictions([window.pop(0)])
-            mem.end_session(wait=False)
-            mem.drain(timeout=60)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        elastimem.open(
+            str(Path(tmp) / "calls.db"),
+            llm=llm,
+            tier_override=tier,
+            lite_llm_extraction=opt_in,
+            disable_builtin_embedder=True,
+        ) as mem,
+    ):
+        window: list[tuple[str, str]] = []
+        for i in range(turns):
+            if i % 20 == 0:
+                mem.begin_session()
+            user, reply = sentence(), sentence()
+            mem.record_turn(user, reply)
+            window.append((user, reply))
+            if len(window) > 6:  # a host with a six-turn window evicts the oldest
+                mem.report_evictions([window.pop(0)])
+        mem.end_session(wait=False)
+        mem.drain(timeout=60)
     return calls
 
 
