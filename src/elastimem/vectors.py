@@ -315,7 +315,6 @@ class VectorIndex:
         self._count_seq = -1
         self._current_rows = 0
         self._ann: ann_module.AnnIndex | None = None
-        self._ann_wanted: tuple[str, int] | None = None
         self._ann_building = False
         self._ann_failed: set[tuple[str, int]] = set()
         self._snapshot_tried: set[tuple[str, int, int]] = set()
@@ -333,6 +332,7 @@ class VectorIndex:
             if streaming and not self._streaming:
                 self._reset(None, None)  # free the matrix
                 self._ann = None  # and the graph: LITE means little memory
+                self._snapshot_tried.clear()  # reload the stored graph when back
             self._streaming = streaming
 
     def _reset(self, label: str | None, dim: int | None) -> None:
