@@ -27,6 +27,14 @@ EXTRACTION = json.dumps(
 LONG = "I spent the whole afternoon repainting the garden fence in teal with my sister Clara"
 
 
+def queue_consolidate(mem: elastimem.Elastimem) -> None:
+    """Queue a consolidation sweep now, as end_session or the idle sweep would."""
+    from elastimem import jobs
+
+    with mem._db.atomic() as conn:
+        jobs.enqueue(conn, "consolidate", mem._owner)
+
+
 def run_session(mem: elastimem.Elastimem, turns: int = 4) -> None:
     mem.begin_session()
     for i in range(turns):
@@ -256,13 +264,7 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     mem = make_store(llm=llm, tier_override="full")
     mem.remember("home_city", "Porto", source="auto")
     mem.remember("home_city", "Lisbon", source="auto")
-    with mem._db.atomic() as conn:
-        conn.execute(
-            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-            "'2024-01-01T00:00:00.000000Z')",
-            (mem._owner.pid, mem._owner.host),
-        )
+    queue_consolidate(mem)
     mem.drain(timeout=10)
     history = mem.fact_history("home_city")
     assert [f.value for f in history] == ["Porto", "Lisbon", "Lisbon and Porto"]
@@ -274,13 +276,7 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     # A second sweep: the reviewed pair is never offered again, and the merge's own
     # supersession (source merge) is not reviewed.
     end = mem.end_session  # noqa: F841 - nothing open; queue a consolidate directly
-    with mem._db.atomic() as conn:
-        conn.execute(
-            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-            "'2024-01-01T00:00:00.000000Z')",
-            (mem._owner.pid, mem._owner.host),
-        )
+    queue_consolidate(mem)
     mem.drain(timeout=10)
     assert llm.kinds() == ["merge"]
 
@@ -313,13 +309,7 @@ def test_unused_auto_fact_is_archived_at_the_horizon(make_store: Any) -> None:
     mem.remember("snack_old", "crisps", source="auto", at="2020-01-01")
     mem.remember("snack_new", "nuts", source="auto")
     mem.remember("drink", "tea", source="explicit", at="2000-01-01")  # never decays
-    with mem._db.atomic() as conn:
-        conn.execute(
-            "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
-            "updated_at) VALUES ('consolidate', 'queued', 4, ?, ?, '2024-01-01T00:00:00.000000Z', "
-            "'2024-01-01T00:00:00.000000Z')",
-            (mem._owner.pid, mem._owner.host),
-        )
+    queue_consolidate(mem)
     mem.drain(timeout=10)
     assert set(mem.facts()) == {"snack_new", "drink"}
     assert mem.stats()["archived_facts"] == 1
