@@ -350,11 +350,15 @@ def vector_only(
 def run_size(size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path) -> dict[str, Any]:
     embedder = SyntheticEmbedder()
     path = workdir / f"latency-{size}.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(path) + suffix).unlink(missing_ok=True)
+    reuse = args.keep and path.exists()
+    if not reuse:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
     row: dict[str, Any] = {"size": size, "load_avg": os.getloadavg()[0]}
-    print(f"== {size:,} exchanges", file=sys.stderr)
-    if size <= args.api_max:
+    print(f"== {size:,} exchanges{' (reused)' if reuse else ''}", file=sys.stderr)
+    if reuse:
+        row.update(time_record_turn(path, corpus, embedder))
+    elif size <= args.api_max:
         row.update(ingest_api(path, corpus, size, embedder))
     else:
         row["bulk_load_s"] = bulk_load(path, corpus, size, embedder)
@@ -571,7 +575,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--builtin-turns", type=int, default=400)
     parser.add_argument("--workdir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true", help="keep the stores in --workdir")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the stores in --workdir, and reuse them (and their HNSW "
+        "snapshot) on the next run",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
 

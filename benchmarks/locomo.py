@@ -217,8 +217,8 @@ class Scores:
     def row(self, metric: str) -> list[str]:
         table = self.recall if metric == "share" else self.any_hit
         n = max(1, self.n)
-        p50 = statistics.median(self.latencies_ms) if self.latencies_ms else 0.0
-        return [f"{table[k] / n:.3f}" for k in KS] + [f"{self.mrr / n:.3f}", f"{p50:.1f}"]
+        p50 = f"{statistics.median(self.latencies_ms):.1f}" if self.latencies_ms else "-"
+        return [f"{table[k] / n:.3f}" for k in KS] + [f"{self.mrr / n:.3f}", p50]
 
 
 def evaluate(

@@ -563,3 +563,22 @@ def test_store_reopened_without_usearch_keeps_everything(
     stats = again.stats()
     assert stats["vector_backend"] == "numpy" and stats["embedded_chunks"] == 30
     assert len([r for r in caplog.records if "usearch" in r.getMessage()]) == 1
+
+
+def test_warm_up_loads_the_index_before_the_first_recall(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    import time
+
+    mem = make_store(embedder=HashEmbedder())
+    for i in range(20):
+        mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
+    assert mem.drain(10)
+    mem.close()
+    again = make_store(embedder=HashEmbedder())
+    assert again._vectors.resident_rows == 0
+    assert again.warm_up(timeout=5)
+    deadline = time.monotonic() + 10
+    while again._vectors.resident_rows < 20 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert again._vectors.resident_rows == 20

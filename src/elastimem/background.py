@@ -329,6 +329,15 @@ def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
 
 
 def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout: float) -> bool:
+    ready = _warm_up_embedder(services, worker, profile, timeout)
+    if ready and profile.vector_recall_enabled:
+        _prime_vectors(services, worker)
+    return ready
+
+
+def _warm_up_embedder(
+    services: Services, worker: Worker, profile: MemoryProfile, timeout: float
+) -> bool:
     source = services.embedding
     if source.host_embed is not None or source.host_query is not None:
         return not source.failed
@@ -340,6 +349,19 @@ def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout:
     worker.submit(builtin.load)
     worker.wait_for(lambda: builtin.state in ("ready", "failed"), timeout)
     return builtin.state == "ready"
+
+
+def _prime_vectors(services: Services, worker: Worker) -> None:
+    """Have the worker load the vector index now, not inside the host's first recall
+    (a million 384-dim vectors take seconds to read)."""
+    label = services.embedding.label
+    if label is None:
+        return
+    with services.db.read() as conn:
+        dim = active_dim(services, conn, label)
+    if dim is not None:
+        services.vectors.attach_worker(worker.submit)
+        worker.submit(lambda: services.vectors.prime(label, dim))
 
 
 def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:

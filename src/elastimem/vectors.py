@@ -66,10 +66,11 @@ ANN_RESAVE_MIN_ROWS = 10_000
 # The embed job embeds a chunk together with the chunk before it in the same session
 # (current text first, so a model that truncates keeps the chunk itself). Chat turns are
 # short and elliptic ("Wow, where was that?"); the previous exchange says what they are
-# about. On the LoCoMo dev split this raised hybrid recall@5 from 0.736 to 0.746 and
-# recall@10 from 0.803 to 0.814 (benchmarks/locomo.py); 200 characters of context gave
-# 0.737 / 0.803, 400 gave 0.742 / 0.813, unbounded 0.746 / 0.814. Bounded so that the
-# embedding cost stays within ~2× of the bare chunk for the default 400-token chunks.
+# about. On the LoCoMo dev split (benchmarks/locomo.py, through the API) this raised hybrid
+# recall@5 from 0.729 to 0.746 and recall@10 from 0.799 to 0.815 (--passage-context 0
+# reproduces the former). Offline, 200 characters of context gave about half the gain and
+# 400 nearly all of it; the bound keeps the embedding cost within ~2x of the bare chunk
+# for the default 400-token chunks, and MiniLM reads only its first 256 tokens anyway.
 PASSAGE_CONTEXT_CHARS = 1600
 
 
@@ -664,6 +665,28 @@ class VectorIndex:
             ann_module.save_snapshot(self._db, ann.label, ann.dim, gen, seq, data)
         except Exception as exc:
             logger.debug("saving the HNSW snapshot failed: %s", exc)
+
+    def prime(self, label: str, dim: int) -> None:
+        """Load what the next query will need (the matrix, a stored graph) ahead of it.
+
+        Runs on the worker from ``warm_up``; a query arriving meanwhile waits for the lock
+        as it would have waited for the load.
+        """
+        try:
+            with self._db.read() as conn, self._lock:
+                if self._streaming:
+                    return
+                gen, seq = _counters(conn)
+                if self._wants_ann(conn, label, dim, gen, seq):
+                    key = (label, dim, gen)
+                    if self._ann is None and key not in self._snapshot_tried:
+                        self._snapshot_tried.add(key)
+                        self._ann = ann_module.load_snapshot(conn, label, dim)
+                    if self._ann is None:
+                        self._schedule_build(label, dim)
+                self._sync(conn, label, dim, gen, seq)
+        except Exception as exc:  # only a head start: the query path does it again
+            logger.debug("priming the vector index failed: %s", exc)
 
     def build_ann_now(self, label: str, dim: int) -> bool:
         """Build (or load) the graph on this thread; for benchmarks and tests. True if ready."""
