@@ -9,13 +9,14 @@ least 24 tokens remain) or skipped, and fitting *continues* with the next line.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import procedural, retrieval, semantic
-from .clock import age_days, recency, utcnow
+from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from .governor import MemoryProfile
 from .text import one_line, query_terms
 
@@ -38,6 +39,7 @@ MIN_TOKENS_TO_CUT = 24
 PAST_MOMENT_CHARS = 240
 PREVIOUS_SESSIONS = 5
 LESSON_CHARS = 400
+FACT_CHARS = 500
 GRAPH_LINE_CHARS = 600
 ELLIPSIS = "…"
 
@@ -77,19 +79,24 @@ def fit_lines_indexed(
     """``fit_lines`` that also returns the indexes of the lines that made it in (cut or whole)."""
     kept: list[str] = []
     indexes: list[int] = []
+    joined = ""
+    used = 0
     for index, line in enumerate(lines):
-        candidate = "\n".join([*kept, line])
+        if used >= budget:
+            break  # a full section takes nothing more, however short
+        prefix = f"{joined}\n" if kept else ""
+        candidate = prefix + line
         if est(candidate) <= budget:
             kept.append(line)
-            indexes.append(index)
+        elif budget - used >= MIN_TOKENS_TO_CUT and (cut := _cut_to_fit(kept, line, budget, est)):
+            kept.append(cut)
+            candidate = prefix + cut
+        else:
             continue
-        used = est("\n".join(kept)) if kept else 0
-        if budget - used >= MIN_TOKENS_TO_CUT:
-            cut = _cut_to_fit(kept, line, budget, est)
-            if cut:
-                kept.append(cut)
-                indexes.append(index)
-    return "\n".join(kept), indexes
+        indexes.append(index)
+        joined = candidate
+        used = est(joined)
+    return joined, indexes
 
 
 def _cut_to_fit(kept: list[str], line: str, budget: int, est: Callable[[str], int]) -> str:
@@ -226,37 +233,50 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
 
 def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list[str], list[int]]:
     """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2)."""
-    config = services.config()
+    half_life = services.config().fact_recency_half_life_days
     weights = retrieval.DEFAULT_WEIGHTS
     with services.db.read() as conn:
-        live = semantic.live_facts(conn)
+        live = semantic.live_fact_rows(conn)
         relevance: dict[int, float] = {}
         if terms:
             relevance = retrieval.fact_keyword_leg(
                 conn, terms, retrieval.Filters(), services.db.fts_enabled
             )
-    now = utcnow()
-    profile_facts = [f for f in live if f.category == "profile"]
+    now_seconds = utcnow().timestamp()
+    profile_facts = [row for row in live if row[3] == "profile"]
     notes = []
-    for order, fact in enumerate(f for f in live if f.category != "profile"):
+    for order, (fact_id, key, value, category, importance, valid_from) in enumerate(live):
+        if category == "profile":
+            continue
         g = 0.0
         if signal is not None:
             try:
-                g, _names = signal.fact_score(fact.key, fact.value)
+                g, _names = signal.fact_score(key, value)
             except Exception:
                 g = 0.0
         total = (
-            relevance.get(fact.id, 0.0)
-            + weights.imp * (fact.importance - 0.5)
-            + weights.rec
-            * recency(age_days(fact.valid_from, now), config.fact_recency_half_life_days)
+            relevance.get(fact_id, 0.0)
+            + weights.imp * (float(importance) - 0.5)
+            + weights.rec * recency(_age_days(valid_from, now_seconds), half_life)
             + weights.graph * g
         )
-        notes.append((-total, order, fact))
+        notes.append((-total, order, fact_id, key, value))
     notes.sort(key=lambda item: (item[0], item[1]))
-    ordered = profile_facts + [item[2] for item in notes]
-    lines = [f"- {f.key}: {one_line(f.value, 500)}" for f in ordered]
-    return lines, [f.id for f in ordered]
+    ordered = [(row[0], row[1], row[2]) for row in profile_facts]
+    ordered += [(fact_id, key, value) for _, _, fact_id, key, value in notes]
+    lines = [_fact_line(key, value) for _, key, value in ordered]
+    return lines, [fact_id for fact_id, _, _ in ordered]
+
+
+def _age_days(ts: str, now_seconds: float) -> float:
+    seconds = epoch_seconds(ts) if ts else None
+    return 0.0 if seconds is None else max(0.0, (now_seconds - seconds) / SECONDS_PER_DAY)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fact_line(key: str, value: str) -> str:
+    """One rendered fact; cached, since the same facts are rendered turn after turn."""
+    return f"- {key}: {one_line(value, FACT_CHARS)}"
 
 
 def _graph_lines(signal: Any) -> list[str]:
@@ -280,7 +300,7 @@ def _graph_lines(signal: Any) -> list[str]:
 def _past_hits(
     services: Services, text: str, profile: MemoryProfile, session_id: int | None, signal: Any
 ) -> list[Any]:
-    from .background import vector_leg
+    from .background import keyword_index, vector_leg
 
     terms = query_terms(text)
     if not terms:
@@ -299,5 +319,6 @@ def _past_hits(
             fact_half_life=config.fact_recency_half_life_days,
             vector_leg=leg,
             graph=signal,
+            keyword_index=keyword_index(services, profile),
         )
     return ranking.hits

@@ -23,6 +23,7 @@ from .errors import EmbedderError
 from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
 from .gate import GateDeferred, GateDenied, LLMGate, Watchdog
 from .governor import MemoryProfile
+from .keyword_index import KeywordIndex
 from .prompts import (
     build_condense_prompt,
     build_fact_merge_prompt,
@@ -74,6 +75,7 @@ class Services:
     worker: Worker | None = None
     passage_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the embedder"))
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
+    keyword: KeywordIndex = field(default_factory=KeywordIndex)
 
     def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
         """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
@@ -362,6 +364,12 @@ def _prime_vectors(services: Services, worker: Worker) -> None:
     if dim is not None:
         services.vectors.attach_worker(worker.submit)
         worker.submit(lambda: services.vectors.prime(label, dim))
+
+
+def keyword_index(services: Services, profile: MemoryProfile) -> KeywordIndex | None:
+    """The cached-postings BM25 of keyword_index, except at LITE, where its memory (a few
+    bytes per chunk, twelve per cached posting) goes unspent and FTS5 ranks by itself."""
+    return None if profile.tier is Tier.LITE else services.keyword
 
 
 def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:

@@ -157,6 +157,15 @@ def live_facts(conn: sqlite3.Connection) -> list[Fact]:
     return [row_to_fact(r) for r in rows]
 
 
+def live_fact_rows(conn: sqlite3.Connection) -> list[tuple[int, str, str, str, float, str]]:
+    """``live_facts`` as (id, key, value, category, importance, valid_from) tuples: what
+    build_context reads on every turn, without building a Fact per row."""
+    return conn.execute(
+        "SELECT id, key, value, category, importance, valid_from FROM facts "
+        f"WHERE invalidated_at IS NULL AND archived = 0 ORDER BY {LIVE_ORDER}"
+    ).fetchall()
+
+
 def live_values(conn: sqlite3.Connection) -> dict[str, str]:
     """``facts()``: key → value of live, unarchived facts, in ``live_facts`` order."""
     rows = conn.execute(

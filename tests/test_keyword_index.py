@@ -1,0 +1,227 @@
+"""The cached-postings BM25 must rank exactly as FTS5's bm25() does, and stay in sync."""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import elastimem
+from elastimem import keyword_index
+from elastimem.keyword_index import KeywordIndex
+from elastimem.text import fts_match_expression, query_terms
+
+WORDS = (
+    "run running runs runner lighthouse keeper café cafe naïve garden tomato tomatoes "
+    "jetson cuda robot wheel camera sister brother paris berlin müller straße 東京 "
+    "vacation flight hotel budget invoice meeting monday friday piano guitar lesson"
+).split()
+
+
+def sentence(rng: random.Random) -> str:
+    # Skewed choice, so some words are in most chunks and others in a few.
+    words = [
+        WORDS[min(int(rng.expovariate(0.15)), len(WORDS) - 1)] for _ in range(rng.randint(1, 25))
+    ]
+    return " ".join(words) + "."
+
+
+@contextmanager
+def snapshot(path: Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA query_only = ON")  # like the store's readers
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def fts5_top(
+    conn: sqlite3.Connection, terms: list[str], limit: int, exclude: int | None = None
+) -> list[tuple[int, float]]:
+    sql = "SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
+    params: list[object] = [fts_match_expression(terms)]
+    if exclude is not None:
+        sql += " AND rowid NOT IN (SELECT id FROM chunks WHERE session_id = ?)"
+        params.append(exclude)
+    rows = conn.execute(sql + " ORDER BY s DESC, rowid DESC LIMIT ?", (*params, limit))
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def assert_same_ranking(ours: list[tuple[int, float]], theirs: list[tuple[int, float]]) -> None:
+    """Same scores; same ids, except that ids tied (to rounding) with the cut may differ."""
+    assert len(ours) == len(theirs)
+    for (_, a), (_, b) in zip(ours, theirs, strict=True):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    cut = theirs[-1][1] if theirs else 0.0
+    sure = {i for i, s in theirs if not math.isclose(s, cut, rel_tol=1e-9)}
+    assert sure <= {i for i, _ in ours}
+    ours_scores = dict(ours)
+    for i, s in theirs:
+        if i in ours_scores:
+            assert math.isclose(ours_scores[i], s, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def fill(mem: elastimem.Elastimem, rng: random.Random, turns: int, sessions: int = 3) -> None:
+    for _ in range(sessions):
+        mem.begin_session()
+        for _ in range(turns // sessions):
+            mem.record_turn(sentence(rng), sentence(rng))
+        mem.end_session(wait=False)
+
+
+def queries(rng: random.Random, n: int) -> list[list[str]]:
+    out = []
+    while len(out) < n:
+        terms = query_terms(" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))))
+        if terms:
+            out.append(terms)
+    return out
+
+
+@pytest.fixture
+def filled(make_store: Callable[..., elastimem.Elastimem], store_path: Path) -> elastimem.Elastimem:
+    mem = make_store()
+    fill(mem, random.Random(5), 240)
+    return mem
+
+
+def test_scores_and_order_match_fts5_bm25(filled: elastimem.Elastimem, store_path: Path) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        for terms in queries(random.Random(1), 60):
+            for limit in (5, 50):
+                ours = index.top(conn, terms, limit)
+                assert ours is not None
+                assert_same_ranking(ours, fts5_top(conn, terms, limit))
+
+
+def test_a_stem_shared_by_two_terms_counts_twice_as_in_fts5(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        terms = ["running", "runs", "garden"]  # both stem to "run": two FTS5 phrases
+        assert_same_ranking(index.top(conn, terms, 20) or [], fts5_top(conn, terms, 20))
+
+
+def test_excluding_a_session_matches_the_fts5_query(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+        for terms in queries(random.Random(2), 20):
+            ours = index.top(conn, terms, 30, exclude_session=session)
+            assert ours is not None
+            assert_same_ranking(ours, fts5_top(conn, terms, 30, exclude=session))
+            excluded = {r[0] for r in conn.execute(
+                "SELECT id FROM chunks WHERE session_id = ?", (session,))}  # fmt: skip
+            assert not excluded & {i for i, _ in ours}
+
+
+def test_new_turns_are_appended_without_refetching(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    terms = ["garden", "tomato", "lighthouse", "running"]
+    with snapshot(store_path) as conn:
+        index.top(conn, terms, 50)
+    cached = index.cached_entries
+    rng = random.Random(9)
+    for round_ in range(5):
+        filled.record_turn(f"garden tomato party {round_}", sentence(rng))
+        with snapshot(store_path) as conn:
+            assert_same_ranking(index.top(conn, terms, 50) or [], fts5_top(conn, terms, 50))
+    assert index.cached_entries >= cached + 5  # appended, not dropped and refetched
+
+
+def test_erasing_a_session_drops_the_cache_and_stays_exact(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    terms = ["garden", "tomato", "berlin"]
+    with snapshot(store_path) as conn:
+        before = index.top(conn, terms, 50) or []
+        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+    filled.erase(session_id=session)
+    filled.record_turn("garden gnome", "tomato soup")  # a delete and an append together
+    with snapshot(store_path) as conn:
+        after = index.top(conn, terms, 50)
+        assert after is not None and after != before
+        assert_same_ranking(after, fts5_top(conn, terms, 50))
+
+
+def test_turns_written_by_another_process_are_seen(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    terms = ["zeppelin", "garden"]
+    with snapshot(store_path) as conn:
+        assert_same_ranking(index.top(conn, terms, 50) or [], fts5_top(conn, terms, 50))
+    script = (
+        "import sys, elastimem\n"
+        "with elastimem.open(sys.argv[1], disable_builtin_embedder=True) as mem:\n"
+        "    for i in range(600):\n"  # more than APPEND_LIMIT: a refetch, not an append
+        "        mem.record_turn(f'zeppelin garden {i}', 'noted')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(store_path)], check=True, timeout=120)
+    with snapshot(store_path) as conn:
+        ours = index.top(conn, terms, 50)
+        assert ours is not None and len(ours) == 50
+        assert_same_ranking(ours, fts5_top(conn, terms, 50))
+
+
+def test_a_term_fts5_splits_in_two_is_left_to_fts5(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    with snapshot(store_path) as conn:
+        assert KeywordIndex().top(conn, ["garden", "tomato-soup"], 10) is None
+
+
+def test_empty_store_and_unknown_terms(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    make_store()
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        assert index.top(conn, ["anything"], 10) == []
+    make_store().record_turn("hello there", "general kenobi")
+    with snapshot(store_path) as conn:
+        assert index.top(conn, ["nowhere"], 10) == []
+        assert [i for i, _ in index.top(conn, ["kenobi"], 10) or []] == [1]
+
+
+def test_the_postings_cache_is_bounded(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyword_index, "MIN_POSTINGS_CAP", 50)
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        for terms in queries(random.Random(3), 40):
+            assert_same_ranking(index.top(conn, terms, 10) or [], fts5_top(conn, terms, 10))
+    assert index.cached_entries <= max(50, 4 * rows) + 2 * rows  # one term may exceed alone
+
+
+def test_recall_ranks_alike_with_and_without_the_index(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    """Through the public API: LITE ranks with FTS5 itself, STANDARD with the index."""
+    mem = make_store()
+    fill(mem, random.Random(11), 150)
+    lite = make_store(tier_override="lite")
+    for terms in queries(random.Random(4), 15):
+        question = " ".join(terms)
+        full = [(h.id, round(h.score, 9)) for h in mem.recall(question, k=8, kinds=["chunk"])]
+        small = [(h.id, round(h.score, 9)) for h in lite.recall(question, k=8, kinds=["chunk"])]
+        assert full == small
