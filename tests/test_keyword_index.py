@@ -7,6 +7,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,3 +226,28 @@ def test_recall_ranks_alike_with_and_without_the_index(
         full = [(h.id, round(h.score, 9)) for h in mem.recall(question, k=8, kinds=["chunk"])]
         small = [(h.id, round(h.score, 9)) for h in lite.recall(question, k=8, kinds=["chunk"])]
         assert full == small
+
+
+def test_warm_up_loads_the_chunk_lengths_before_the_first_recall(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    mem = make_store()
+    for i in range(30):
+        mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
+    mem.close()
+    again = make_store()
+    index = again._services.keyword
+    assert index.loaded_chunks == 0
+    again.warm_up(timeout=5)
+    deadline = time.monotonic() + 10
+    while index.loaded_chunks < 30 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert index.loaded_chunks == 30
+
+
+def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elastimem]) -> None:
+    mem = make_store(tier_override="lite")
+    mem.record_turn("the lighthouse keeper", "Noted.")
+    assert mem.recall("lighthouse keeper")
+    mem.warm_up(timeout=5)
+    assert mem._services.keyword.loaded_chunks == 0

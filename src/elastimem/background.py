@@ -331,10 +331,22 @@ def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
 
 
 def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout: float) -> bool:
+    keywords = keyword_index(services, profile)
+    if keywords is not None and services.db.fts_enabled:
+        worker.submit(lambda: _prime_keywords(services, keywords))
     ready = _warm_up_embedder(services, worker, profile, timeout)
     if ready and profile.vector_recall_enabled:
         _prime_vectors(services, worker)
     return ready
+
+
+def _prime_keywords(services: Services, index: KeywordIndex) -> None:
+    """Read the chunk lengths now rather than in the first recall (a second at 1M chunks)."""
+    try:
+        with services.db.read() as conn:
+            index.prime(conn)
+    except Exception as exc:  # only a head start: the first query loads them anyway
+        logger.debug("priming the keyword index failed: %s", type(exc).__name__)
 
 
 def _warm_up_embedder(

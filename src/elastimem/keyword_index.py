@@ -117,7 +117,7 @@ class KeywordIndex:
         self._rows = 0
         self._total_tokens = 0
         self._max_id = 0
-        self._lengths = np.zeros(0, dtype=np.float64)
+        self._lengths = np.zeros(0, dtype=np.uint32)
         self._postings: OrderedDict[str, _Postings] = OrderedDict()
         self._cached_entries = 0
         self._loaded = False
@@ -147,6 +147,14 @@ class KeywordIndex:
                 self._reset()
             return None
 
+    def prime(self, conn: sqlite3.Connection) -> None:
+        """Load what every query needs (the chunk lengths) ahead of the first one."""
+        try:
+            with self._lock:
+                self._sync(conn)
+        except (sqlite3.Error, ValueError, MemoryError) as exc:
+            logger.debug("priming the keyword index failed: %s", type(exc).__name__)
+
     def close(self) -> None:
         with self._lock:
             self._reset()
@@ -154,7 +162,13 @@ class KeywordIndex:
 
     @property
     def cached_entries(self) -> int:
+        """Postings held in memory, over all cached terms."""
         return self._cached_entries
+
+    @property
+    def loaded_chunks(self) -> int:
+        """Chunks whose lengths are loaded (0 until the first query or ``prime``)."""
+        return self._rows if self._loaded else 0
 
     # -- keeping in sync ----------------------------------------------------------------------
 
@@ -207,14 +221,14 @@ class KeywordIndex:
             ids.append(int(doc_id))
             lengths.append(_first_varint(bytes(size)) if size else 0)
         self._max_id = ids[-1] if ids else 0
-        self._lengths = np.zeros(self._max_id + 1, dtype=np.float64)
+        self._lengths = np.zeros(self._max_id + 1, dtype=np.uint32)
         if ids:
             self._lengths[np.array(ids, dtype=np.int64)] = lengths
         return len(ids)
 
     def _grow(self, max_id: int) -> None:
         if max_id >= len(self._lengths):
-            grown = np.zeros(max(max_id + 1, 2 * len(self._lengths)), dtype=np.float64)
+            grown = np.zeros(max(max_id + 1, 2 * len(self._lengths)), dtype=np.uint32)
             grown[: len(self._lengths)] = self._lengths
             self._lengths = grown
 
