@@ -2,6 +2,7 @@
 
     python benchmarks/agent_loop.py                 # 10k exchanges, 200 facts
     python benchmarks/agent_loop.py --exchanges 2000 --samples 100
+    python benchmarks/agent_loop.py --generate-ms 50   # the host holds foreground() per turn
 
 build_context is measured keyword-only (no embedder), so the figure excludes the query
 embedding, as issue 4 asks. The LLM is a counting double that answers instantly.
@@ -83,7 +84,9 @@ def bench_build_context(exchanges: int, facts: int, samples: int) -> tuple[float
     return statistics.median(times), percentile(times, 0.95), len(times)
 
 
-def count_llm_calls(tier: str, turns: int, opt_in: bool = False) -> dict[str, int]:
+def count_llm_calls(
+    tier: str, turns: int, opt_in: bool = False, generate_ms: float = 0.0
+) -> dict[str, int]:
     sentence = ZipfText(11).sentence
     calls: dict[str, int] = {}
 
@@ -107,6 +110,9 @@ def count_llm_calls(tier: str, turns: int, opt_in: bool = False) -> dict[str, in
             if i % 20 == 0:
                 mem.begin_session()
             user, reply = sentence(), sentence()
+            if generate_ms:
+                with mem.foreground():  # the host's model is busy: background calls wait
+                    time.sleep(generate_ms / 1000)
             mem.record_turn(user, reply)
             window.append((user, reply))
             if len(window) > 6:  # a host with a six-turn window evicts the oldest
@@ -121,17 +127,26 @@ def main() -> None:
     parser.add_argument("--exchanges", type=int, default=10_000)
     parser.add_argument("--facts", type=int, default=200)
     parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument(
+        "--generate-ms",
+        type=float,
+        default=0.0,
+        help="the host holds foreground() this long per turn, as while its model generates",
+    )
     args = parser.parse_args()
 
     p50, p95, n = bench_build_context(args.exchanges, args.facts, args.samples)
     print(f"build_context, {args.exchanges} exchanges, {args.facts} facts, keyword-only "
           f"({n} samples): p50 {p50:.2f} ms, p95 {p95:.2f} ms (target p50 <= 5 ms)")  # fmt: skip
-    print("\nLLM calls per 100 turns (5 sessions of 20 turns, six-turn host window):")
+    print(
+        "\nLLM calls per 100 turns (5 sessions of 20 turns, six-turn host window, "
+        f"{args.generate_ms:g} ms foreground generation per turn):"
+    )
     print(f"{'tier':<22} {'total':>5}  by kind")
     for label, tier, opt_in in (("full", "full", False), ("standard", "standard", False),
                                 ("lite", "lite", False), ("lite + lite_llm_extraction",
                                                           "lite", True)):  # fmt: skip
-        calls = count_llm_calls(tier, 100, opt_in)
+        calls = count_llm_calls(tier, 100, opt_in, args.generate_ms)
         detail = ", ".join(f"{k} {v}" for k, v in sorted(calls.items())) or "-"
         print(f"{label:<22} {sum(calls.values()):>5}  {detail}")
 

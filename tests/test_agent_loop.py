@@ -222,6 +222,63 @@ def test_rolling_summary_llm_mode_replaces_the_extractive_digest(make_store: Any
     assert "painted" not in plan.render()  # the digest is never rendered
 
 
+def test_evictions_waiting_in_the_queue_share_one_condense_call(make_store: Any) -> None:
+    llm = ScriptedLLM({"condense": "The user planned a trip."})
+    mem = make_store(llm=llm, tier_override="full", min_query_words=50)
+    mem.record_turn("hello", "hi")
+    with mem.foreground():  # the host is generating: background LLM calls wait
+        for i in range(20):
+            mem.report_evictions([(f"turn number {i} about the trip", "ok")])
+    assert mem.drain(timeout=10)
+    assert llm.kinds() == ["condense"]
+    prompt = llm.calls[0][1]
+    assert "turn number 19" in prompt and "turn number 8 " in prompt
+    assert "turn number 7 " not in prompt.split("USER:", 1)[1]  # only the latest 12 turns
+    mem.report_evictions([("one more turn", "ok")])  # nothing waiting: a job of its own
+    assert mem.drain(timeout=10)
+    assert llm.kinds() == ["condense", "condense"]
+
+
+def test_extraction_deferred_midway_does_not_send_the_same_turns_again(
+    make_store: Any,
+) -> None:
+    """A session-end job packs into several prompts; the host starting to generate after
+    the first must leave only the rest for later."""
+    sent: list[str] = []
+    release = threading.Event()
+    started: list[threading.Thread] = []
+
+    def host_generates() -> None:
+        mem.foreground_begin()  # waits for the running call, then blocks further ones
+        release.wait(10)
+        mem.foreground_end()
+
+    def llm(prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        sent.append(prompt)
+        if not started:
+            started.append(threading.Thread(target=host_generates))
+            started[0].start()
+            time.sleep(0.05)  # the host is now waiting for this call to end
+        return "NONE"
+
+    mem = make_store(llm=llm, tier_override="lite", lite_llm_extraction=True)
+    mem.begin_session()
+    for i in range(12):  # ~500 characters a turn: two or more prompts of 3000
+        mem.record_turn(f"turn {i:02d} " + "my garden has tomatoes and beans " * 14, "ok")
+    mem.end_session(wait=False)
+    deadline = time.monotonic() + 10
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the worker meets the foreground and puts the job back
+    first_round = len(sent)
+    release.set()
+    started[0].join(10)
+    assert mem.drain(timeout=10)
+    assert first_round == 1 and len(sent) >= 2
+    for i in range(12):
+        assert sum(f"turn {i:02d} " in p for p in sent) == 1, f"turn {i} sent twice"
+
+
 def test_extractive_digest_trims_oldest_and_survives_reopen(
     make_store: Any, store_path: Path
 ) -> None:

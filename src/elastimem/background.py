@@ -45,6 +45,8 @@ EMBED_BATCH = 64
 SUMMARY_TURNS = 12
 SUMMARY_TURN_CHARS = 160
 EVICTED_SIDE_CHARS = 200
+# At most this many evicted turns in one condense job (see _queue_condense).
+CONDENSE_MAX_TURNS = 12
 DIGEST_CLAUSE_CHARS = 120
 MERGE_REVIEWS_PER_SWEEP = 5
 MERGE_REPLY_LIMIT = 200
@@ -473,12 +475,19 @@ def run_extract(services: Services, job: jobs.Job) -> None:
         return  # erased meanwhile
     config = services.config()
     max_tokens = 2 * config.worker_max_tokens
-    for group in pack_turns(turns, config.min_query_words):
+    groups = pack_turns(turns, config.min_query_words)
+    for done, group in enumerate(groups):
         try:
             reply = services.ask(
                 "extract", build_extract_prompt(group), max_tokens=max_tokens, phase=job.phase
             )
         except (GateDeferred, GateDenied) as exc:
+            if done:
+                # The job comes back later: with only the turns still to read, or the
+                # groups already extracted would be sent to the LLM again.
+                left = [t.turn for g in groups[done:] for t in g]
+                with services.db.atomic() as conn:
+                    jobs.set_payload(conn, job.id, {**job.payload, "turns": left})
             _gate_outcome(services, "extract", exc)
             return
         store_extraction(services, session_id, group, reply)
@@ -630,16 +639,44 @@ def report_evictions(services: Services, turns: Iterable[Any]) -> None:
     profile = services.profile()
     if profile.rolling_summary_mode == RollingSummaryMode.LLM and services.llm() is not None:
         evicted = [[u[:EVICTED_SIDE_CHARS], a[:EVICTED_SIDE_CHARS]] for u, a in pairs]
-        with services.db.atomic() as conn:
-            jobs.enqueue(
-                conn,
-                "rolling_summary",
-                services.owner,
-                session_id=session_id,
-                payload={"evicted": evicted},
-            )
+        _queue_condense(services, session_id, evicted)
         if services.worker is not None:
             services.worker.signal()
+
+
+def _queue_condense(services: Services, session_id: int, evicted: list[list[str]]) -> None:
+    """Add the turns to the session's condense job still waiting in the queue, if any.
+
+    While the host generates (``foreground``) or a slow local model works, evictions pile
+    up; one condense call over all of them replaces the digest as well as one per eviction
+    would (each reply covers the whole digest), at a fraction of the LLM time. The job
+    keeps the latest ``CONDENSE_MAX_TURNS``; older turns are in the extractive digest the
+    prompt carries anyway.
+    """
+    with services.db.atomic() as conn:
+        row = conn.execute(
+            "SELECT id, payload FROM jobs WHERE kind = 'rolling_summary' AND state = 'queued' "
+            "AND session_id = ? ORDER BY id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        waiting = _payload_turns(row[1]) if row is not None else None
+        if row is None or waiting is None:
+            payload = {"evicted": evicted[-CONDENSE_MAX_TURNS:]}
+            jobs.enqueue(
+                conn, "rolling_summary", services.owner, session_id=session_id, payload=payload
+            )
+            return
+        merged = (waiting + evicted)[-CONDENSE_MAX_TURNS:]
+        jobs.set_payload(conn, int(row[0]), {"evicted": merged})
+
+
+def _payload_turns(payload: object) -> list[list[str]] | None:
+    """The evicted turns of a queued condense job; None if its payload is not readable."""
+    try:
+        turns = json.loads(str(payload)).get("evicted")
+    except (ValueError, AttributeError):
+        return None
+    return turns if isinstance(turns, list) else None
 
 
 def run_rolling_summary(services: Services, job: jobs.Job) -> None:

@@ -183,6 +183,14 @@ def release_held_extracts(
     )
 
 
+def set_payload(conn: sqlite3.Connection, job_id: int, payload: dict[str, Any]) -> None:
+    """Replace a job's payload (a handler recording what is left when it stops early)."""
+    conn.execute(
+        "UPDATE jobs SET payload = ?, updated_at = ? WHERE id = ?",
+        (json.dumps(payload), now_ts(), job_id),
+    )
+
+
 def count_held_extracts(conn: sqlite3.Connection, session_id: int) -> int:
     row = conn.execute(
         "SELECT count(*) FROM jobs WHERE kind = 'extract' AND state = 'held' AND session_id = ?",
