@@ -298,3 +298,80 @@ def test_argument_validation_raises_config_error(mem: elastimem.Elastimem) -> No
         mem.begin_session(at="the day before")
     assert mem.facts() == {}
     assert mem.recall("x", k=0) == [] and mem.recall("x", k=-3) == []
+
+
+SECRET = "Quokkasecret77"  # stands for user text a host exception quotes
+
+
+class HostileStr:
+    """A host object whose ``__str__`` raises with the user's text in the message."""
+
+    def __str__(self) -> str:
+        raise RuntimeError(f"cannot render the message about {SECRET}")
+
+
+class NotAStr:
+    def __str__(self) -> Any:
+        return 42  # str() raises TypeError
+
+
+def _leaks(records: list[logging.LogRecord], events: list[str]) -> list[str]:
+    lines = [r.getMessage() for r in records]
+    lines += [logging.Formatter().formatException(r.exc_info) for r in records if r.exc_info]
+    return [line for line in lines + events if SECRET.casefold() in line.casefold()]
+
+
+def test_host_exception_text_never_reaches_logs_or_events(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="elastimem")
+
+    def tokenizer(text: str) -> int:
+        raise ValueError(f"tokenizer cannot read {text[:40]!r} ({SECRET})")
+
+    mem = make_store(tokenizer_fn=tokenizer)
+    mem.record_turn(f"my cousin {SECRET} sings", "nice")
+    mem.record_turn(HostileStr(), "ok")
+    assert mem.recall(HostileStr()) == []  # type: ignore[arg-type]
+    mem.explain(HostileStr())  # type: ignore[arg-type]
+    mem.timeline(HostileStr())  # type: ignore[arg-type]
+    mem.build_context(HostileStr())  # type: ignore[arg-type]
+    with mem._db.read() as conn:
+        events = [f"{k} {d}" for k, d in conn.execute("SELECT kind, detail FROM events")]
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("tokenizer_fn failed (ValueError)" in line for line in logged), logged
+    assert sum("RuntimeError" in line for line in logged) >= 5, logged
+    assert _leaks(caplog.records, events) == []
+
+
+HOSTILE_QUERIES = [
+    HostileStr(),
+    NotAStr(),
+    10**5000,  # str() refuses ints this long
+    "lone \ud800 surrogate \udfff",
+    "nul \x00 inside",
+    "w" * 10_000_000 + " tomato",
+    "tomato " * 1_500_000,
+]
+
+
+@pytest.mark.parametrize("query", HOSTILE_QUERIES, ids=lambda q: type(q).__name__)
+def test_query_calls_never_raise_on_hostile_input(
+    make_store: Any, caplog: pytest.LogCaptureFixture, query: Any
+) -> None:
+    mem = make_store()
+    mem.record_turn("we planted tomato seedlings in the garden", "great")
+    mem.remember("favorite_vegetable", "tomato")
+    explained = mem.explain(query)
+    timeline = mem.timeline(query)
+    plan = mem.build_context(query)
+    recalled = mem.recall(query)
+    assert isinstance(explained, elastimem.ExplainResult)
+    assert isinstance(timeline, elastimem.TimelineResult)
+    assert isinstance(plan.render(), str) and isinstance(recalled, list)
+    for text in (explained.query, timeline.query):
+        text.encode("utf-8")  # no lone surrogate survives
+        assert "\x00" not in text and len(text) <= 16_384
+    with mem._db.read() as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert SECRET not in caplog.text

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import elastimem
 from elastimem import episodic
 from elastimem.clock import TIMESTAMP_PATTERN
+from elastimem.text import collapse_whitespace
 
 
 def messages(mem: elastimem.Elastimem) -> list[tuple[Any, ...]]:
@@ -73,6 +78,121 @@ def test_chunking_splits_an_overlong_word() -> None:
     chunks = episodic.chunk_exchange("x" * 1000, "", est, 32)
     assert all(est(c) <= 32 for c in chunks)
     assert "".join(c.replace("User: ", "") for c in chunks).count("x") == 1000
+
+
+# -- chunking stays the same, in linear time ---------------------------------------------------
+
+
+def _reference_chunks(user: str, assistant: str, est: episodic.Estimator, target: int) -> list[str]:
+    """The chunker as it was before it was made linear, kept to check nothing changed."""
+    text = episodic.exchange_text(user, assistant)
+    if not text:
+        return []
+    if est(text) <= target:
+        return [text]
+    pieces: list[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        sentence = sentence.strip()
+        if not sentence:
+            continue
+        if est(sentence) <= target:
+            pieces.append(sentence)
+            continue
+        current = ""
+        for word in sentence.split():
+            while est(word) > target:
+                size = max(1, len(word) * target // max(1, est(word)))
+                if current:
+                    pieces.append(current)
+                    current = ""
+                pieces.append(word[:size])
+                word = word[size:]
+            candidate = f"{current} {word}" if current else word
+            if current and est(candidate) > target:
+                pieces.append(current)
+                current = word
+            else:
+                current = candidate
+        if current:
+            pieces.append(current)
+    chunks: list[str] = []
+    current = ""
+    for piece in pieces:
+        candidate = f"{current} {piece}" if current else piece
+        if current and est(candidate) > target:
+            chunks.append(current)
+            current = piece
+        else:
+            current = candidate
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+# Sentence ends, newlines, every kind of whitespace, accents and words long enough to be cut.
+_CHUNK_TEXT = st.lists(
+    st.sampled_from(
+        [
+            " ",
+            "  ",
+            "\n",
+            "\n\n",
+            "\t",
+            "\r",
+            "\u2028",
+            "\x1c",
+            "\xa0",
+            ".",
+            "!",
+            "?",
+            ". ",
+            "a",
+            "word",
+            "Zürich",
+            "é",
+            "x" * 150,
+            "y" * 700,
+            "end.\n",
+            "?!",
+            "...",
+            " \n ",
+        ]
+    ),  # fmt: skip
+    max_size=300,
+).map("".join)
+
+
+def _word_count(text: str) -> int:
+    return len(text.split())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CHUNK_TEXT, _CHUNK_TEXT, st.integers(32, 60))
+def test_chunks_match_the_reference_chunker(user: str, assistant: str, target: int) -> None:
+    fast = episodic.chunk_exchange(user, assistant, episodic.length_estimate, target)
+    assert fast == _reference_chunks(user, assistant, episodic.length_estimate, target)
+    # A host tokenizer takes the general path; it must agree with the reference too.
+    assert episodic.chunk_exchange(user, assistant, _word_count, 3) == _reference_chunks(
+        user, assistant, _word_count, 3
+    )
+
+
+def test_chunking_a_ten_megabyte_message_is_linear() -> None:
+    """A huge word was cut by re-copying what was left (quadratic): 10 MB took 4-7 s."""
+    word = "w" * 10_000_000
+    started = time.perf_counter()
+    chunks = episodic.chunk_exchange(word, "", episodic.length_estimate, 400)
+    elapsed = time.perf_counter() - started
+    assert chunks[0] == "User:" and "".join(chunks[1:]) == word
+    assert all(len(c) <= 4 * 400 + 3 for c in chunks)
+    assert elapsed < 2.5, f"{elapsed:.2f} s"
+
+
+@settings(max_examples=300, deadline=None)
+@given(_CHUNK_TEXT)
+def test_titles_are_the_collapsed_prefix(text: str) -> None:
+    expected = collapse_whitespace(text)[: episodic.TITLE_LIMIT] or None
+    assert episodic.make_title(text) == expected
 
 
 def test_tokenizer_fn_is_used_for_estimates(make_store: Any) -> None:

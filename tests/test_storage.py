@@ -7,10 +7,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import elastimem
 from elastimem import db
 from elastimem.errors import StoreError, StoreLockedError
+from elastimem.text import sanitize
 
 
 def test_missing_parent_folders_are_created_and_tilde_expanded(isolated_env: Path) -> None:
@@ -198,3 +201,23 @@ def test_events_keep_the_newest_thousand(tmp_path: Path) -> None:
         assert count == db.EVENTS_KEPT and newest >= 1100
     finally:
         store.close()
+
+
+class _Text(str):
+    """A ``str`` subclass: sanitize still returns a plain ``str``."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text(
+        st.one_of(
+            st.characters(codec=None, exclude_categories=()),
+            st.sampled_from(["\x00", "\ud800", "\udfff", "\ud83d", "\ude00", "é", "a"]),
+        )
+    )
+)
+def test_sanitize_replaces_exactly_nul_and_surrogates(text: str) -> None:
+    expected = "".join("\ufffd" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    assert sanitize(text) == expected
+    clean = sanitize(_Text(text))
+    assert clean == expected and type(clean) is str

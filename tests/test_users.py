@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem import ConfigError
+from elastimem import ConfigError, StoreError
+from elastimem import db as db_module
 from elastimem.users import check_user_id
 
 ESCAPING_IDS = [
@@ -187,3 +188,30 @@ def test_options_pass_through_and_bad_options_are_config_errors(tmp_path: Path) 
         assert judy.config.context_tokens == 8192
     with pytest.raises(ConfigError, match="context_token"):
         elastimem.open_user(tmp_path, "judy", context_token=1)
+
+
+@pytest.mark.parametrize("tagged", [True, False])
+def test_a_read_only_store_opens_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tagged: bool
+) -> None:
+    """It used to fail writing ``meta.user_id``; now reads work and writes raise the store's
+    read-only error. Permission bits bind nobody as root, so there the check that reads them
+    is forced; tests/reliability/test_faults.py runs the real thing as an unprivileged child."""
+    if tagged:
+        with elastimem.open_user(tmp_path, "kate", disable_builtin_embedder=True) as kate:
+            kate.remember("tea", "earl grey")
+    else:  # a plain store moved under the root, never opened through open_user
+        with elastimem.Elastimem(tmp_path / "kate.db", disable_builtin_embedder=True) as plain:
+            plain.remember("tea", "earl grey")
+    path = tmp_path / "kate.db"
+    path.chmod(0o444)
+    if getattr(os, "geteuid", lambda: -1)() == 0:
+        monkeypatch.setattr(db_module, "_cannot_write", lambda resolved: True)
+    before = path.read_bytes()
+    with elastimem.open_user(tmp_path, "kate", disable_builtin_embedder=True) as kate:
+        assert kate._db.read_only
+        assert kate.facts() == {"tea": "earl grey"}
+        assert kate.recall("tea")
+        with pytest.raises(StoreError, match="read-only"):
+            kate.remember("tea", "green")
+    assert path.read_bytes() == before  # an untagged file stays untagged

@@ -12,8 +12,10 @@ import os
 import re
 import socket
 import sqlite3
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .clock import now_ts, parse_moment, ts_minus
 from .text import collapse_whitespace
@@ -21,7 +23,8 @@ from .text import collapse_whitespace
 TITLE_LIMIT = 80
 # A session whose owner has not refreshed its heartbeat for this long is an orphan.
 ORPHAN_HEARTBEAT_SECONDS = 900.0
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+# A sentence ends after ".", "!" or "?" followed by whitespace, and at every newline.
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 
 Estimator = Callable[[str], int]
 
@@ -46,8 +49,15 @@ class TurnRecord:
 
 
 def make_title(text: str) -> str | None:
-    title = collapse_whitespace(text)[:TITLE_LIMIT]
-    return title or None
+    """The first ``TITLE_LIMIT`` characters of ``text`` with its whitespace collapsed."""
+    # Collapsing a prefix gives a prefix of the collapsed whole, so a growing prefix reaches
+    # the title without collapsing a 10 MB message (which took 0.4 s).
+    size = 4 * TITLE_LIMIT
+    while True:
+        title = collapse_whitespace(text[:size])
+        if len(title) >= TITLE_LIMIT or size >= len(text):
+            return title[:TITLE_LIMIT] or None
+        size *= 4
 
 
 # -- chunking ---------------------------------------------------------------------------------
@@ -62,18 +72,39 @@ def exchange_text(user: str, assistant: str) -> str:
     return "\n".join(lines)
 
 
+def length_estimate(text: str) -> int:
+    """The built-in token estimate: ``max(1, len // 4)``, and 0 for ""."""
+    return 0 if not text else max(1, len(text) // 4)
+
+
 def chunk_exchange(user: str, assistant: str, est: Estimator, target: int) -> list[str]:
-    """Split an exchange into chunks of at most ``target`` estimated tokens (§5.1)."""
+    """Split an exchange into chunks of at most ``target`` estimated tokens (§5.1).
+
+    The text is cut at sentence ends and newlines; a sentence too long for a chunk is cut at
+    word boundaries (a single huge word by length), and the pieces are joined greedily, with
+    one space, while the chunk still fits.
+    """
     text = exchange_text(user, assistant)
     if not text:
         return []
     if est(text) <= target:
         return [text]
-    pieces: list[str] = []
-    for sentence in _SENTENCE_BREAK.split(text):
-        sentence = sentence.strip()
-        if not sentence:
-            continue
+    sentences = _sentences(text)
+    if est is length_estimate:
+        # Lengths decide everything, so the greedy joins are prefix-sum searches instead of
+        # building and measuring every candidate, and a huge word is sliced by index instead
+        # of re-copying what is left of it (quadratic). On a busy 2-core box: a 10 MB word
+        # 7.1 s -> 0.3 s, the reliability suite's 10 MB + 10 MB exchange 6.4 s -> 3.2 s.
+        limit = _char_limit(target)
+        pieces: list[str] = []
+        for sentence in sentences:
+            if len(sentence) <= limit:
+                pieces.append(sentence)
+            else:
+                pieces.extend(_cut_words_by_length(sentence, target, limit))
+        return _join_greedy(pieces, limit)
+    pieces = []
+    for sentence in sentences:
         if est(sentence) <= target:
             pieces.append(sentence)
         else:
@@ -92,19 +123,35 @@ def chunk_exchange(user: str, assistant: str, est: Estimator, target: int) -> li
     return chunks
 
 
+def _sentences(text: str) -> list[str]:
+    """The stripped, non-empty sentences and lines of ``text``.
+
+    The same pieces as splitting at ``(?<=[.!?])\\s+|\\n+`` and stripping: every cut lies in one
+    of those separators and each separator holds a cut, so only whitespace moves. A search
+    that starts at a character class is what ``re`` scans fast; the look-behind was tried at
+    every position (10 MB of SPEC.md: 1.15 s -> 0.72 s on a busy 2-core box).
+    """
+    ends = [match.end() for match in _SENTENCE_END.finditer(text)]
+    ends.append(len(text))
+    pieces = (text[start:end].strip() for start, end in zip([0, *ends], ends))
+    return [piece for piece in pieces if piece]
+
+
 def _cut_words(sentence: str, est: Estimator, target: int) -> list[str]:
     """Cut an over-long sentence at word boundaries (a single huge word is cut by length)."""
     out: list[str] = []
     current = ""
     for word in sentence.split():
-        while est(word) > target:
+        tokens = est(word)
+        while tokens > target:
             # A word longer than a whole chunk: cut it into character slices.
-            size = max(1, len(word) * target // max(1, est(word)))
+            size = max(1, len(word) * target // max(1, tokens))
             if current:
                 out.append(current)
                 current = ""
             out.append(word[:size])
             word = word[size:]
+            tokens = est(word)
         candidate = f"{current} {word}" if current else word
         if current and est(candidate) > target:
             out.append(current)
@@ -113,6 +160,50 @@ def _cut_words(sentence: str, est: Estimator, target: int) -> list[str]:
             current = candidate
     if current:
         out.append(current)
+    return out
+
+
+def _char_limit(target: int) -> int:
+    """The longest text ``length_estimate`` keeps within ``target`` tokens (0: none)."""
+    return 4 * target + 3 if target >= 1 else 0
+
+
+def _cut_words_by_length(sentence: str, target: int, limit: int) -> list[str]:
+    """``_cut_words`` for ``length_estimate``: the same slices and joins, found by arithmetic."""
+    out: list[str] = []
+    run: list[str] = []  # words since the last slice, joined greedily at the next one
+    for word in sentence.split():
+        length = len(word)
+        if length > limit:
+            out.extend(_join_greedy(run, limit))
+            run = []
+            start = 0
+            while length - start > limit:
+                # The slice _cut_words takes from what is left of the word.
+                rest = length - start
+                size = max(1, rest * target // max(1, rest // 4))
+                out.append(word[start : start + size])
+                start += size
+            word = word[start:]
+        run.append(word)
+    out.extend(_join_greedy(run, limit))
+    return out
+
+
+def _join_greedy(items: list[str], limit: int) -> list[str]:
+    """Join consecutive items with one space while the result stays within ``limit`` chars.
+
+    The first item of a group is always taken. ``ends[j] - ends[i - 1] - 1`` is the length of
+    items ``i..j`` joined, so each group's end is one binary search.
+    """
+    ends = list(accumulate(map((1).__add__, map(len, items))))
+    out: list[str] = []
+    start, base = 0, 0
+    while start < len(items):
+        stop = max(start + 1, bisect_right(ends, base + limit + 1, start))
+        out.append(" ".join(items[start:stop]))
+        base = ends[stop - 1]
+        start = stop
     return out
 
 

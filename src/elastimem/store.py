@@ -197,8 +197,19 @@ class Elastimem:
                 raise TypeError(f"returned {value!r}, not a non-negative int")
             except Exception as exc:
                 self._tokenizer_failed = True
-                logger.warning("tokenizer_fn failed (%s); using len(text)//4 from now on", exc)
-        return 0 if not text else max(1, len(text) // 4)
+                # The type only: a host exception's text can quote the text it was given.
+                logger.warning(
+                    "tokenizer_fn failed (%s); using len(text)//4 from now on",
+                    type(exc).__name__,
+                )
+        return episodic.length_estimate(text)
+
+    def _chunk_estimator(self) -> episodic.Estimator:
+        """``_est``, or the built-in estimate itself when no host tokenizer is in use, which
+        lets chunking measure lengths instead of calling an estimator per candidate."""
+        if self._tokenizer is None or self._tokenizer_failed:
+            return episodic.length_estimate
+        return self._est
 
     def _recover_at_open(self) -> None:
         """Close orphan sessions and adopt abandoned jobs (§6; open step 5)."""
@@ -279,7 +290,7 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("record_turn could not store the exchange: %s", exc)
+            logger.error("record_turn could not store the exchange: %s", _failure(exc))
 
     def _record_turn(self, user_text: object, assistant_text: object, at: object) -> None:
         user = sanitize(user_text)
@@ -296,7 +307,7 @@ class Elastimem:
         user_tokens = self._est(user)
         assistant_tokens = self._est(assistant)
         chunk_texts = episodic.chunk_exchange(
-            user, assistant, self._est, self._config.chunk_target_tokens
+            user, assistant, self._chunk_estimator(), self._config.chunk_target_tokens
         )
         captures = capture_rules(user) if user else []
         profile = self._governor.profile
@@ -420,7 +431,7 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("report_evictions failed: %s", exc)
+            logger.error("report_evictions failed: %s", _failure(exc))
 
     def _current_digest(self) -> tuple[int | None, list[str]]:
         with self._state_lock:
@@ -499,8 +510,9 @@ class Elastimem:
     def timeline(self, query: str) -> TimelineResult:
         """The version history of the fact a question is about; never raises (§5.7)."""
         self._check_open()
-        text = _query_text(query)
+        text = ""
         try:
+            text = _query_text(query)  # inside the guard: str() of a host object can raise
             with self._db.read() as conn:
                 key, how = background.resolve_timeline_key(conn, text, self._db.fts_enabled)
                 versions = tuple(semantic.history(conn, key)) if key else ()
@@ -508,7 +520,7 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("timeline failed: %s", exc)
+            logger.error("timeline failed: %s", _failure(exc))
             return TimelineResult(text, None, "none", ())
 
     def quarantine_entries(self, n: int = 20) -> list[dict[str, Any]]:
@@ -571,20 +583,21 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("recall failed: %s", exc)
+            logger.error("recall failed: %s", _failure(exc))
             return []
 
     def explain(self, query: str, k: int = 5) -> ExplainResult:
         """The ranking of ``recall(query, k)`` with every score component; never raises."""
         self._check_open()
         k = _int_arg(k, "k")
-        text = _query_text(query)
+        text = ""
         try:
+            text = _query_text(query)  # inside the guard: str() of a host object can raise
             hops = self._governor.profile.graph_hops
             if k <= 0:
                 return ExplainResult(text, hops)
             signal = background.graph_signal(self._services, text)
-            ranking = self._rank(query, k, VALID_KINDS, retrieval.Filters(), signal=signal)
+            ranking = self._rank(text, k, VALID_KINDS, retrieval.Filters(), signal=signal)
             traversal = signal.traversal() if signal else []
             if ranking is None:
                 return ExplainResult(text, hops, graph_traversal=traversal)
@@ -592,7 +605,7 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("explain failed: %s", exc)
+            logger.error("explain failed: %s", _failure(exc))
             return ExplainResult(text, 0)
 
     _UNSET: Any = object()
@@ -629,6 +642,7 @@ class Elastimem:
                 fact_half_life=config.fact_recency_half_life_days,
                 vector_leg=vector_leg,
                 graph=signal,
+                keyword_index=background.keyword_index(self._services, profile),
             )
 
     # -- context -----------------------------------------------------------------------------
@@ -636,7 +650,12 @@ class Elastimem:
     def build_context(self, user_input: str = "") -> ContextPlan:
         """The prompt sections for the next model call, fitted to budgets; never raises."""
         self._check_open()
-        return build_context_plan(self._services, _query_text(user_input), self._session_id)
+        try:
+            text = _query_text(user_input)
+        except Exception as exc:  # str() of a host object can raise; plan without the input
+            logger.error("build_context could not read user_input: %s", _failure(exc))
+            text = ""
+        return build_context_plan(self._services, text, self._session_id)
 
     # -- background work ---------------------------------------------------------------------
 
@@ -705,7 +724,7 @@ class Elastimem:
         except ClosedError:
             raise
         except Exception as exc:
-            logger.error("clusters failed: %s", exc)
+            logger.error("clusters failed: %s", _failure(exc))
             return []
 
     def erase(
@@ -777,7 +796,7 @@ class Elastimem:
             try:
                 self._drain(CLOSE_DRAIN_SECONDS, runnable_only=True)
             except Exception as exc:
-                logger.warning("draining before close failed: %s", exc)
+                logger.warning("draining before close failed: %s", _failure(exc))
             self._gate.closing = True
             self._worker.stop()
             try:
@@ -789,7 +808,7 @@ class Elastimem:
                             episodic.clear_owner(conn, self._session_id)
                         jobs.clear_owner(conn, self._owner)
             except Exception as exc:
-                logger.warning("could not save session state at close: %s", exc)
+                logger.warning("could not save session state at close: %s", _failure(exc))
             self._db.checkpoint("PASSIVE")
         finally:
             self._closed = True
@@ -797,6 +816,18 @@ class Elastimem:
 
 
 # -- argument helpers ------------------------------------------------------------------------
+
+
+def _failure(exc: BaseException) -> str:
+    """A caught failure as logged by the never-raise methods.
+
+    A store error is ours: its message names the file and the fix. Anything else may come
+    from a host callable (LLM, embedder, tokenizer, a ``__str__``) whose message can quote the
+    user's text, so only its type is logged.
+    """
+    if isinstance(exc, StoreError):
+        return f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__
 
 
 def _query_text(value: object) -> str:

@@ -6,6 +6,8 @@ leading dot, so no ``..`` or absolute path), no Windows device name (``con``, ``
 and the resolved file must sit directly in the resolved root (which also defeats a symlink
 planted under the root). The root is created private (0o700). Each file records its owner in
 ``meta.user_id`` and refuses to open under another id, so a renamed or copied file is caught.
+A store this process may not write opens read-only: the owner is still checked, reads work and
+writes raise the store's read-only ``StoreError``.
 """
 
 from __future__ import annotations
@@ -103,6 +105,14 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
             raise _mismatch(target, recorded, user_id)
     store = Elastimem(target, **kw)
     try:
+        if store._db.read_only:
+            # The store opened read-only (file or folder not writable): check the owner, but
+            # an untagged file stays untagged; its writes raise the store's read-only error.
+            with store._db.read() as conn:
+                recorded = get_meta(conn, "user_id")
+            if recorded is not None and recorded != user_id:
+                raise _mismatch(target, recorded, user_id)
+            return store
         with store._db.atomic() as conn:
             recorded = get_meta(conn, "user_id")
             if recorded is None:

@@ -14,7 +14,8 @@ Roles:
 - ``reader PATH STOPFILE``: recalls, explains and builds contexts until STOPFILE exists.
 - ``fsize PATH LIMIT_BYTES``: writes under ``RLIMIT_FSIZE`` (SIGXFSZ ignored) until a write fails.
 - ``locker PATH MODE``: holds a lock on the store until stdin closes.
-- ``readonly PATH``: drops root privileges (if any), then opens a read-only store.
+- ``readonly PATH [USER_ID]``: drops root privileges (if any), then opens a read-only store
+  (with ``open_user(dirname(PATH), USER_ID)`` when a user id is given).
 
 Every role logs the ``elastimem`` logger to stderr as ``LEVEL message`` lines and ends with one
 ``RESULT {json}`` line on stdout when it gets that far.
@@ -318,7 +319,7 @@ def locker(path: str, mode: str) -> None:
     conn.close()
 
 
-def readonly(path: str) -> None:
+def readonly(path: str, user_id: str | None = None) -> None:
     # Import every submodule first: after dropping root the interpreter's files may be
     # unreadable (a root-only pyenv), so nothing may be imported lazily later.
     for module in pkgutil.iter_modules(elastimem.__path__):
@@ -332,7 +333,10 @@ def readonly(path: str) -> None:
     logs = setup_logging()
     report: dict[str, Any] = {"uid": os.geteuid()}
     try:
-        mem = elastimem.open(path, disable_builtin_embedder=True)
+        if user_id is None:
+            mem = elastimem.open(path, disable_builtin_embedder=True)
+        else:
+            mem = elastimem.open_user(os.path.dirname(path), user_id, disable_builtin_embedder=True)
     except Exception as exc:
         report["open_error"] = f"{type(exc).__name__}: {exc}"
         result(**report)
@@ -433,7 +437,7 @@ def main() -> None:
     elif role == "locker":
         locker(args[0], args[1])
     elif role == "readonly":
-        readonly(args[0])
+        readonly(*args[:2])
     else:
         raise SystemExit(f"unknown role {role!r}")
 

@@ -182,11 +182,13 @@ READ_ONLY_CASES = {
 
 
 @posix_only
+@pytest.mark.parametrize("opener", ["open", "open_user"])
 @pytest.mark.parametrize("case", sorted(READ_ONLY_CASES))
 def test_read_only_store_reads_work_and_writes_fail_clearly(
-    shared_dir: Path, case: str, figure: Any
+    shared_dir: Path, case: str, opener: str, figure: Any
 ) -> None:
-    """What a user does: ``elastimem.open(path)`` on a file they may not write.
+    """What a user does: ``elastimem.open(path)`` (or ``open_user(root, id)``, which used to
+    fail writing its owner tag) on a file they may not write.
 
     As root, permission bits do not apply, so the child drops to ``nobody`` (uid 65534) after
     importing everything; as any other user it runs as itself.
@@ -194,7 +196,11 @@ def test_read_only_store_reads_work_and_writes_fail_clearly(
     folder = shared_dir / "store"
     folder.mkdir()
     path = folder / "memory.db"
-    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+    if opener == "open_user":
+        mem = elastimem.open_user(folder, "memory", disable_builtin_embedder=True)
+    else:
+        mem = elastimem.Elastimem(str(path), disable_builtin_embedder=True)
+    with mem:
         mem.record_turn("I spread marmalade on toast every morning", "Classic")
         mem.remember("breakfast", "marmalade toast")
     file_mode, folder_mode = READ_ONLY_CASES[case]
@@ -202,11 +208,12 @@ def test_read_only_store_reads_work_and_writes_fail_clearly(
     folder.chmod(folder_mode)
     before = hashlib.sha256(path.read_bytes()).hexdigest()
 
-    done = run_child("readonly", str(path), timeout=120)
+    user_args = ["memory"] if opener == "open_user" else []
+    done = run_child("readonly", str(path), *user_args, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.rsplit("RESULT ", 1)[1])
     figure(
-        f"read-only {case}: open / write outcome",
+        f"read-only {case} via {opener}: open / write outcome",
         report.get("open_error") or f"remember -> {report.get('remember_error')}",
         note=f"close {report.get('close_seconds')} s, uid {report['uid']}",
     )
