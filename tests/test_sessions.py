@@ -388,3 +388,22 @@ def test_close_keeps_the_session_for_the_next_open(store_path: Path) -> None:
 
 def test_pid_alive() -> None:
     assert episodic.pid_alive(os.getpid())
+
+
+def test_an_erased_session_id_is_never_given_again(make_store: Any) -> None:
+    """Instance A still holds session 1 when instance B erases it and begins a session."""
+    a = make_store()
+    first = a.begin_session()
+    a.record_turn("a private note", "ok")
+    b = make_store()
+    b.erase(session_id=first)
+    second = b.begin_session()
+    assert second != first
+    b.record_turn("b's own words", "ok")
+    a.record_turn("a keeps talking", "ok")  # must not land in b's session
+    a.end_session()  # must not close b's session
+    b_rows = b.sessions(n=10)
+    mine = next(s for s in b_rows if s["id"] == second)
+    assert mine["ended_at"] is None and mine["message_count"] == 2
+    reopened = make_store()
+    assert reopened.begin_session() not in (first, second)

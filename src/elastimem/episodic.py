@@ -18,9 +18,14 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from .clock import now_ts, parse_moment, ts_minus
+from .db import get_meta_int, set_meta
 from .text import collapse_whitespace
 
 TITLE_LIMIT = 80
+# Session ids are never given twice, even after the newest session is erased: another
+# instance may still hold the erased id, and would write into (and close) the new session.
+# An INTEGER PRIMARY KEY hands out max(id) + 1 again, so the highest id given is kept here.
+SESSION_ID_HIGH_WATER = "sessions.last_id"
 # A session whose owner has not refreshed its heartbeat for this long is an orphan.
 ORPHAN_HEARTBEAT_SECONDS = 900.0
 # A sentence ends after ".", "!" or "?" followed by whitespace, and at every newline.
@@ -214,12 +219,15 @@ def open_session(
     conn: sqlite3.Connection, owner: Owner, *, at: str | None, host_tag: str | None
 ) -> int:
     now = now_ts()
-    cur = conn.execute(
-        "INSERT INTO sessions (started_at, host_tag, owner_pid, owner_host, heartbeat_at, "
-        "backdated) VALUES (?, ?, ?, ?, ?, ?)",
-        (at or now, host_tag, owner.pid, owner.host, now, 1 if at else 0),
+    highest = conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
+    session_id = max(int(highest or 0), get_meta_int(conn, SESSION_ID_HIGH_WATER)) + 1
+    conn.execute(
+        "INSERT INTO sessions (id, started_at, host_tag, owner_pid, owner_host, heartbeat_at, "
+        "backdated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (session_id, at or now, host_tag, owner.pid, owner.host, now, 1 if at else 0),
     )
-    return int(cur.lastrowid or 0)
+    set_meta(conn, SESSION_ID_HIGH_WATER, session_id)
+    return session_id
 
 
 def is_open(conn: sqlite3.Connection, session_id: int) -> bool:
