@@ -691,6 +691,83 @@ def test_expand_falls_back_to_seeds_on_sql_error() -> None:
     assert graph.expand(conn, [2], 2) == {2: (0.8, 0)}
 
 
+def reference_walk(
+    conn: sqlite3.Connection, seeds: list[int], hops: int
+) -> dict[int, tuple[float, int]]:
+    """§5.7 expansion written out in Python: every walk of ≤ ``hops`` steps that avoids the
+    self node, each node at its maximum strength and minimum depth, the top 64 kept."""
+    me = conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchone()[0]
+    confidence = dict(conn.execute("SELECT id, confidence FROM graph_nodes").fetchall())
+    edges = [
+        (a, b, w)
+        for a, b, w in conn.execute("SELECT source_node, target_node, weight FROM graph_edges")
+        if me not in (a, b)
+    ]
+    rows = {(s, 0, confidence[s]) for s in seeds if s != me and s in confidence}
+    todo = list(rows)
+    while todo:
+        node_id, depth, strength = todo.pop()
+        if depth >= hops:
+            continue
+        for a, b, weight in edges:
+            if node_id in (a, b):
+                row = (b if a == node_id else a, depth + 1, strength * graph.HOP_FACTOR * weight)
+                if row not in rows:
+                    rows.add(row)
+                    todo.append(row)
+    best: dict[int, tuple[float, int]] = {}
+    for node_id, depth, strength in rows:
+        old = best.get(node_id, (strength, depth))
+        best[node_id] = (max(old[0], strength), min(old[1], depth))
+    ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[0]))
+    return dict(ranked[: graph.MAX_REACHED])
+
+
+def random_graph(mem: Store, rng: Any, nodes: int, edges: int) -> list[int]:
+    """Nodes and edges written directly, with varied confidences and weights; ~10% of the
+    edges touch the self node."""
+    now = utcnow().isoformat()
+    me = self_id(mem)
+    with mem._db.atomic() as conn:
+        ids = [
+            int(
+                conn.execute(
+                    "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at, "
+                    "confidence) VALUES ('thing', ?, ?, ?, ?)",
+                    (f"n{i}", now, now, rng.choice([0.3, 0.5, 0.7, 0.9])),
+                ).lastrowid
+                or 0
+            )
+            for i in range(nodes)
+        ]
+        for i in range(edges):
+            source = me if rng.random() < 0.1 else rng.choice(ids)
+            target = rng.choice([t for t in ids if t != source])
+            conn.execute(
+                "INSERT OR IGNORE INTO graph_edges (source_node, target_node, relationship, "
+                "weight, created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)",
+                (source, target, f"r{i % 3}", rng.choice([0.2, 0.5, 0.8, 1.0]), now, now),
+            )
+        graph._bump_gen(conn)
+    return ids
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_expand_equals_a_reference_walk(store: Store, seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    ids = random_graph(store, rng, nodes=rng.choice([8, 25, 60]), edges=rng.choice([15, 60, 150]))
+    with store._db.read() as conn:
+        for hops in (0, 1, 2, 3):
+            seeds = rng.sample(ids, rng.randint(1, 3))
+            walked = graph.expand(conn, seeds, hops)
+            expected = reference_walk(conn, seeds, hops)
+            assert set(walked) == set(expected)
+            for node_id, (strength, depth) in expected.items():
+                assert walked[node_id] == (pytest.approx(strength), depth)
+
+
 # -- the signal -------------------------------------------------------------------------------
 
 
@@ -743,6 +820,154 @@ def test_signal_scores(store: Store) -> None:
     assert [cid for cid, _ in extra] == [ids["runs"], ids["jetson"], ids["cuda"]]
     assert top1 == [(ids["runs"], pytest.approx(strong))]
     assert sorted(sig.context_nodes()) == [("cuda", None), ("jetson", None), ("tuffy", None)]
+
+
+def test_signal_views_are_strongest_first(store: Store) -> None:
+    hop_store(store)
+    extract(store, [ent("Lisbon", "place"), ent("Tuffy")], [rel("Tuffy", "visited", "Lisbon")])
+    sig = signal(store, "what do I know about my Jetson?")
+    assert sig is not None
+    assert sig.context_nodes() == [
+        ("jetson", None),
+        ("tuffy", None),
+        ("cuda", None),
+        ("lisbon", None),
+    ]
+    reached = sig.reached
+    assert [r.name for r in reached.values()] == ["jetson", "tuffy", "cuda", "lisbon"]
+    assert [r.is_seed for r in reached.values()] == [True, False, False, False]
+    assert [r.depth for r in reached.values()] == [0, 1, 2, 2]
+    assert reached[nid(store, "cuda")].strength == pytest.approx(0.7 * 0.42 * 0.42)
+
+
+def test_signal_labels_follow_cluster_changes(store: Store) -> None:
+    hop_store(store)
+    sig = signal(store, "my jetson")  # caches the name index, labels included
+    assert sig is not None and sig.context_nodes()[0] == ("jetson", None)
+    with store._db.atomic() as conn:
+        graph.compute_clusters(conn)
+    assert graph.label_clusters(store._db, lambda prompt: "Robot stuff") == 1
+    sig = signal(store, "my jetson")
+    assert sig is not None
+    assert sig.context_nodes() == [
+        ("jetson", "Robot stuff"),
+        ("tuffy", "Robot stuff"),
+        ("cuda", "Robot stuff"),
+    ]
+    with store._db.atomic() as conn:  # CUDA leaves the cluster: every label is cleared
+        conn.execute("DELETE FROM graph_edges WHERE target_node = ?", (nid(store, "cuda"),))
+        graph.compute_clusters(conn)
+    sig = signal(store, "my jetson")
+    assert sig is not None
+    assert sig.context_nodes() == [("jetson", None), ("tuffy", None)]
+
+
+def test_signal_names_a_node_the_cached_index_lacks(store: Store) -> None:
+    hop_store(store)
+    now = utcnow().isoformat()
+    insert = (
+        "INSERT INTO graph_nodes (id, type, canonical_name, created_at, updated_at) "
+        "VALUES (?, 'thing', ?, ?, ?)"
+    )
+    with store._db.atomic() as conn:
+        conn.execute(insert, (1000, "marker", now, now))
+        graph._bump_gen(conn)
+    assert signal(store, "my jetson") is not None  # caches the name index
+    with store._db.atomic() as conn:  # a writer that never bumps, below the newest id
+        conn.execute(insert, (999, "quiet one", now, now))
+        conn.execute(
+            "INSERT INTO graph_edges (source_node, target_node, relationship, created_at, "
+            "last_seen) VALUES (?, 999, 'near', ?, ?)",
+            (nid(store, "jetson"), now, now),
+        )
+    sig = signal(store, "my jetson")
+    assert sig is not None
+    assert ("quiet one", None) in sig.context_nodes()
+
+
+def test_signal_follows_graph_changes_between_queries(store: Store) -> None:
+    extract(store, [ent("Jetson"), ent("Lisbon")])
+    first = signal(store, "jetson and orin")
+    assert first is not None and [r.name for r in first.reached.values()] == ["jetson"]
+    extract(store, [ent("Orin")], [rel("Orin", "in", "Lisbon")], source_text="Orin Lisbon")
+    again = signal(store, "jetson and orin")  # the last index seen has no orin
+    assert again is not None
+    assert sorted(r.name for r in again.reached.values()) == ["jetson", "lisbon", "orin"]
+    with store._db.atomic() as conn:
+        conn.execute("DELETE FROM graph_nodes WHERE canonical_name IN ('jetson', 'orin')")
+        graph._bump_gen(conn)
+    assert signal(store, "jetson and orin") is None  # the seeds the old index knew are gone
+    with store._db.atomic() as conn:  # an edge changes nothing a name index holds
+        conn.execute("DELETE FROM graph_edges")
+    extract(store, [ent("Orin")], [rel("Orin", "near", "Lisbon")], source_text="Orin Lisbon")
+    latest = signal(store, "orin")
+    assert latest is not None
+    assert sorted(r.name for r in latest.reached.values()) == ["lisbon", "orin"]
+
+
+def test_chunk_scores_for_any_number_of_ids(store: Store) -> None:
+    ids = hop_store(store)
+    sig = signal(store, "my jetson")
+    assert sig is not None
+    with store._db.read() as conn:
+        expected = sig.chunk_scores(conn, sorted(ids.values()))
+        # Unknown ids pad the list through every placeholder bucket and past one batch.
+        for size in (1, 2, 7, 8, 9, 17, 64, 65, 499, 500, 501, 1100):
+            unknown = list(range(10_000, 10_000 + max(0, size - len(ids))))
+            wanted = sorted(ids.values())[:size] + unknown
+            found = sig.chunk_scores(conn, wanted)
+            assert found == {c: v for c, v in expected.items() if c in wanted}
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 8, 9, 100, 255, 256, 257, 500])
+def test_padded_in_lists_keep_their_ids(size: int) -> None:
+    ids = list(range(size, 0, -1))
+    padded = graph._padded(ids)
+    assert len(padded) == graph._marks(ids).count("?") >= size
+    assert padded[:size] == ids and set(padded) == set(ids)
+
+
+def test_multi_word_names_match_facts_only_in_order(store: Store) -> None:
+    extract(store, [ent("Orin Board"), ent("Jetson")], [rel("Jetson", "has", "Orin Board")])
+    sig = signal(store, "my jetson")
+    assert sig is not None
+    hop = pytest.approx(0.4 * 0.6 * 0.4)
+    assert sig.fact_score("hw", "the orin board") == (hop, ("orin board",))
+    assert sig.fact_score("hw", "board, orin") == (0.0, ())
+    assert sig.fact_score("hw", "orin is on the board") == (0.0, ())
+    assert sig.fact_score("orin", "board") == (0.0, ())  # never across key and value
+    assert sig.fact_score("hw", "an orin, then an orin board and jetson") == (
+        pytest.approx(0.4),
+        ("jetson", "orin board"),
+    )
+
+
+def test_signals_of_two_open_stores_stay_apart(make_store: MakeStore) -> None:
+    one, two = make_store(":memory:"), make_store(":memory:")
+    extract(one, [ent("Jetson")])
+    extract(two, [ent("Orin")])
+    one.remember("board", "jetson orin")
+    two.remember("board", "jetson orin")
+    for mem, name in ((one, "jetson"), (two, "orin")):
+        sig = signal(mem, "jetson and orin")
+        assert sig is not None and [r.name for r in sig.reached.values()] == [name]
+        with mem._db.read() as conn:
+            assert len(sig.fact_candidates(conn, Filters())) == 1
+
+
+def test_the_identity_cache_does_not_keep_a_store_alive() -> None:
+    import gc
+    import weakref
+
+    mem = elastimem.Elastimem(":memory:", disable_builtin_embedder=True)
+    extract(mem, [ent("Jetson")])
+    assert signal(mem, "my jetson") is not None
+    database = weakref.ref(mem._db)
+    assert database() in graph._identities
+    mem.close()
+    del mem
+    gc.collect()
+    assert database() is None
 
 
 def test_extra_chunks_apply_filters_in_sql(store: Store) -> None:

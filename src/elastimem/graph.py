@@ -13,9 +13,12 @@ lets a question about one entity surface a memory that only names its neighbour.
 Reads. ``build_signal`` detects seed nodes by a plain token scan of the query (no model),
 expands them with one ``WITH RECURSIVE`` query bounded by ``graph_hops``, and returns a
 ``GraphSignal`` (see ``retrieval``) computed once per call. The name list behind the scan is
-cached until ``meta.graph.gen`` changes; every node insert, delete or alias change bumps it.
+cached until ``meta.graph.gen`` changes; every node insert, delete or alias change bumps it,
+and so does a cluster change, because the cache also holds each node's name and cluster label.
 Facts that name a reached node are found through a cached token → fact-id index, which only
-grows, because a fact's key and value never change after insert.
+grows, because a fact's key and value never change after insert. On the hot path each cache
+is checked by the statement that uses it (the walk also reads ``graph.gen``, the read of the
+candidate facts also reads the newest fact), so an unchanged store costs no extra round trip.
 
 Writes run inside the caller's ``atomic()``; the maintenance steps used by consolidation
 take the ``Database`` and never hold the write lock across an LLM call.
@@ -28,10 +31,11 @@ import logging
 import sqlite3
 import threading
 import unicodedata
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import weakref
+from collections import ChainMap, OrderedDict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .clock import age_days, now_ts, recency, ts_minus, utcnow
@@ -253,6 +257,23 @@ def _warn_once(topic: str, message: str, *args: object) -> None:
         logger.warning(message, *args)
 
 
+def _padded(ids: Sequence[int]) -> list[int]:
+    """``ids`` with the last one repeated up to the next power of two (at least 8).
+
+    An ``IN (?, ?, …)`` list is a new statement for every length, and preparing one costs
+    about half of running it (46 vs 101 µs for 64 chunk ids); padded lengths keep a handful
+    of prepared statements reusable in sqlite3's statement cache. A repeated id changes
+    nothing in an ``IN`` list.
+    """
+    size = max(8, 1 << (len(ids) - 1).bit_length())
+    return [*ids, *[ids[-1]] * (size - len(ids))] if ids else []
+
+
+def _marks(ids: Sequence[int]) -> str:
+    """The placeholders for ``_padded(ids)``."""
+    return ",".join("?" * max(8, 1 << (len(ids) - 1).bit_length()))
+
+
 def _chunks(seq: Sequence[int], size: int = _PARAM_BATCH) -> Iterator[Sequence[int]]:
     for start in range(0, len(seq), size):
         yield seq[start : start + size]
@@ -266,8 +287,15 @@ class _NameIndex:
     """Every matchable folded name and alias, keyed by its first token."""
 
     self_id: int | None = None
+    # The store it was built from, (main file, meta.created_at): lets a signal find the same
+    # store's fact index without asking again.
+    identity: tuple[object, ...] = ()
+    version: tuple[object, ...] = ()  # the ``_index_version`` it was built for
     by_first: dict[str, list[tuple[tuple[str, ...], int, int]]] = field(default_factory=dict)
     forms: dict[int, list[tuple[str, ...]]] = field(default_factory=dict)
+    # node id → (canonical name, cluster label or None), every node but the self node: the
+    # walk reads names from here instead of joining graph_nodes (~0.08 ms of its ~0.26 ms).
+    names: dict[int, tuple[str, str | None]] = field(default_factory=dict)
 
     def add(self, node_id: int, form: str) -> None:
         tokens = _tokens(form)
@@ -302,63 +330,104 @@ class _NameIndex:
 
 
 _index_cache: OrderedDict[tuple[object, ...], _NameIndex] = OrderedDict()
+# Store identity → the name index it used last (what ``build_signal`` tries first).
+_latest_indexes: OrderedDict[tuple[object, ...], _NameIndex] = OrderedDict()
 _index_lock = threading.Lock()
+
+
+# Each is one b-tree probe: a count(*) would read the whole table on every query (measured:
+# ~0.5 ms at 2,000 nodes once chunk reads have evicted its pages).
+_NAMES_VERSION_COLUMNS = (
+    "(SELECT value FROM meta WHERE key = 'graph.gen'), (SELECT max(id) FROM graph_nodes), "
+    "(SELECT canonical_name FROM graph_nodes ORDER BY id DESC LIMIT 1)"
+)
+# The newest fact row, marked 0 to tell it from the candidates (marked 1) it is read with.
+_NEWEST_FACT_ROW = "SELECT 0, id, key, value FROM facts WHERE id = (SELECT max(id) FROM facts)"
+_NEWEST_FACT_COLUMNS = (
+    "(SELECT max(id) FROM facts), (SELECT key FROM facts ORDER BY id DESC LIMIT 1), "
+    "(SELECT value FROM facts ORDER BY id DESC LIMIT 1)"
+)
 
 
 def _store_identity(conn: sqlite3.Connection) -> tuple[object, ...]:
     """(file, meta.created_at): in-memory stores all report "" as their file and are told
     apart by their creation time, which has microseconds."""
     try:
-        files = tuple(str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main")
+        files = [str(r[2]) for r in conn.execute("PRAGMA database_list") if r[1] == "main"]
     except sqlite3.Error:
-        files = ()
+        files = []
     row = conn.execute("SELECT value FROM meta WHERE key = 'created_at'").fetchone()
-    return (files, row[0] if row else None)
+    return (files[0] if files else None, row[0] if row else None)
 
 
-def _index_version(conn: sqlite3.Connection) -> tuple[object, ...]:
+# Database → its identity, read once: neither part changes while a store is open, and the
+# two queries behind it were ~0.05 ms of every recall (benchmarks/graph_latency.py).
+_identities: weakref.WeakKeyDictionary[Database, tuple[object, ...]] = weakref.WeakKeyDictionary()
+
+
+def _database_identity(database: Database, conn: sqlite3.Connection) -> tuple[object, ...]:
+    with _index_lock:
+        identity = _identities.get(database)
+    if identity is None:
+        identity = _store_identity(conn)
+        with _index_lock:
+            _identities[database] = identity
+    return identity
+
+
+def _index_version(
+    conn: sqlite3.Connection, identity: tuple[object, ...] | None = None
+) -> tuple[object, ...]:
     """Identifies one store's name list: the store, ``graph.gen`` and the newest node.
 
     Every node insert, delete or alias change bumps ``graph.gen``; the newest node's id and
-    name also catch a writer that forgot to, or ids reused after a rolled-back insert. Every
-    lookup is one b-tree probe: a count(*) would read the whole table on every query
-    (measured: ~0.5 ms at 2,000 nodes once chunk reads have evicted its pages).
+    name also catch a writer that forgot to, or ids reused after a rolled-back insert.
     """
-    row = conn.execute(
-        "SELECT (SELECT value FROM meta WHERE key = 'graph.gen'), id, canonical_name "
-        "FROM graph_nodes ORDER BY id DESC LIMIT 1"
-    ).fetchone()
-    return (*_store_identity(conn), *(row or ()))
+    identity = identity or _store_identity(conn)
+    return (*identity, *conn.execute(f"SELECT {_NAMES_VERSION_COLUMNS}").fetchone())
 
 
 def _build_index(conn: sqlite3.Connection) -> _NameIndex:
     index = _NameIndex()
-    for node_id, node_type, name, aliases in conn.execute(
-        "SELECT id, type, canonical_name, aliases FROM graph_nodes"
+    for node_id, node_type, name, aliases, label in conn.execute(
+        "SELECT id, type, canonical_name, aliases, cluster_label FROM graph_nodes"
     ):
         if node_type == SELF_TYPE:
             index.self_id = int(node_id)
             continue
+        index.names[int(node_id)] = (str(name), label or None)
         index.add(int(node_id), str(name))
         for alias in _load_aliases(aliases):
             index.add(int(node_id), alias)
     return index
 
 
-def _name_index(conn: sqlite3.Connection) -> _NameIndex:
-    """The cached name index of this store, rebuilt when ``graph.gen`` (or the nodes) change."""
-    version = _index_version(conn)
+def _name_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _NameIndex:
+    """The cached name index of this store (``identity`` when the caller knows it), rebuilt
+    when ``graph.gen`` (or the nodes) change."""
+    version = _index_version(conn, identity)
     with _index_lock:
         index = _index_cache.get(version)
         if index is not None:
             _index_cache.move_to_end(version)
+            _remember_latest(index)
             return index
     index = _build_index(conn)
+    index.identity, index.version = version[:2], version
     with _index_lock:
         _index_cache[version] = index
         while len(_index_cache) > _INDEX_CACHE_SIZE:
             _index_cache.popitem(last=False)
+        _remember_latest(index)
     return index
+
+
+def _remember_latest(index: _NameIndex) -> None:
+    """Called with ``_index_lock`` held."""
+    _latest_indexes[index.identity] = index
+    _latest_indexes.move_to_end(index.identity)
+    while len(_latest_indexes) > _INDEX_CACHE_SIZE:
+        _latest_indexes.popitem(last=False)
 
 
 def detect_seed_nodes(conn: sqlite3.Connection, text: object) -> list[int]:
@@ -392,11 +461,8 @@ class _FactIndex:
         self.by_token: dict[str, set[int]] = {}
         self.lock = threading.Lock()
 
-    def refresh(self, conn: sqlite3.Connection) -> None:
-        newest = conn.execute(
-            "SELECT id, key, value FROM facts ORDER BY id DESC LIMIT 1"
-        ).fetchone()
-        newest = None if newest is None else (int(newest[0]), str(newest[1]), str(newest[2]))
+    def refresh(self, conn: sqlite3.Connection, newest: tuple[int, str, str] | None) -> None:
+        """Bring the index up to ``newest``, the (id, key, value) of the newest fact row."""
         with self.lock:
             if newest == self.top:
                 return
@@ -420,15 +486,20 @@ class _FactIndex:
         with self.lock:
             found: set[int] = set()
             for token in tokens:
-                found |= self.by_token.get(token, set())
+                ids = self.by_token.get(token)
+                if ids:
+                    found |= ids
             return found
 
 
 _fact_indexes: OrderedDict[tuple[object, ...], _FactIndex] = OrderedDict()
 
 
-def _fact_index(conn: sqlite3.Connection) -> _FactIndex:
-    identity = _store_identity(conn)
+def _fact_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _FactIndex:
+    """The fact index of this store (``identity`` when the caller knows it), brought up to
+    date with the newest fact row."""
+    identity = identity or _store_identity(conn)
+    top_id, key, value = conn.execute(f"SELECT {_NEWEST_FACT_COLUMNS}").fetchone()
     with _index_lock:
         index = _fact_indexes.get(identity)
         if index is None:
@@ -437,7 +508,7 @@ def _fact_index(conn: sqlite3.Connection) -> _FactIndex:
                 _fact_indexes.popitem(last=False)
         else:
             _fact_indexes.move_to_end(identity)
-    index.refresh(conn)
+    index.refresh(conn, None if top_id is None else (int(top_id), str(key), str(value)))
     return index
 
 
@@ -464,41 +535,89 @@ def expand(
 
 def _walk(
     conn: sqlite3.Connection, seeds: Sequence[int], hops: int, self_id: int | None
-) -> list[tuple[int, float, int, str, str | None]]:
-    """``expand`` with each node's name and cluster label: (id, strength, depth, name, label)."""
+) -> list[tuple[int, float, int]]:
+    """``expand`` as rows (id, strength, depth), strongest first."""
     seeds = [int(s) for s in seeds]
     if not seeds:
         return []
     hops = max(0, min(int(hops), MAX_HOPS))
     if self_id is None:
         self_id = _self_id(conn)
-    marks = ",".join("?" * len(seeds))
-    # UNION (not UNION ALL) drops repeated (node, depth, strength) rows, so a node reached
-    # twice the same way is expanded once. The OR join uses both edge indexes (multi-index OR).
-    sql = (
+    try:
+        rows = conn.execute(_walk_sql(len(seeds), hops), _walk_params(seeds, hops, self_id))
+        return _strongest(rows)
+    except sqlite3.Error as exc:
+        _warn_once("expand", "graph expansion failed; using the seeds alone: %s", exc)
+        return _strongest(_seed_rows(conn, [s for s in seeds if s != self_id]))
+
+
+def _walk_sql(seed_count: int, hops: int, extra_columns: str = "") -> str:
+    """The walk: one row (id, strength, depth, *extra_columns) per step, in no order."""
+    marks = ",".join("?" * seed_count)
+    # Deep walks use UNION, which drops repeated (node, depth, strength) rows, so a node
+    # reached twice the same way is expanded once and cycles cannot multiply the rows. For
+    # the ≤ 2 hops every tier asks for, a repeat only repeats a few leaves, and UNION ALL
+    # skips the b-tree of seen rows (~15% of the walk). The OR join uses both edge indexes.
+    compound = "UNION ALL" if hops <= 2 else "UNION"
+    # The per-node max/min and the top-64 cut happen in ``_strongest``: GROUP BY, ORDER BY and
+    # LIMIT here cost ~0.17 ms of temporary b-trees per query, several times the Python loop
+    # over the ~40 rows a 2-hop walk yields (benchmarks/graph_latency.py, 2,000/5,000 graph).
+    return (
         "WITH RECURSIVE walk(id, depth, strength) AS ("
         f" SELECT id, 0, confidence FROM graph_nodes WHERE id IN ({marks}) AND id <> ?"
-        " UNION"
+        f" {compound}"
         " SELECT CASE WHEN e.source_node = w.id THEN e.target_node ELSE e.source_node END,"
         "  w.depth + 1, w.strength * ? * e.weight"
         " FROM walk w JOIN graph_edges e ON (e.source_node = w.id OR e.target_node = w.id)"
         " WHERE w.depth < ? AND e.source_node <> ? AND e.target_node <> ?"
-        "), best AS (SELECT id, max(strength) AS s, min(depth) AS d FROM walk GROUP BY id"
-        " ORDER BY s DESC, d, id LIMIT ?)"
-        " SELECT b.id, b.s, b.d, n.canonical_name, n.cluster_label FROM best b"
-        " JOIN graph_nodes n ON n.id = b.id ORDER BY b.s DESC, b.d, b.id"
+        f") SELECT id, strength, depth{extra_columns} FROM walk"
     )
+
+
+def _walk_params(seeds: list[int], hops: int, self_id: int) -> tuple[object, ...]:
+    return (*seeds, self_id, HOP_FACTOR, hops, self_id, self_id)
+
+
+def _walk_if_current(
+    conn: sqlite3.Connection, index: _NameIndex, seeds: list[int], hops: int
+) -> list[tuple[int, float, int]] | None:
+    """The walk from ``seeds`` (found by ``index``) when ``index`` is still this store's name
+    index, else None. The walk reads the version itself (constant subqueries run once), so
+    an unchanged graph costs one statement instead of two."""
+    if index.self_id is None:
+        return None
+    hops = max(0, min(int(hops), MAX_HOPS))
     try:
         rows = conn.execute(
-            sql, (*seeds, self_id, HOP_FACTOR, hops, self_id, self_id, MAX_REACHED)
+            _walk_sql(len(seeds), hops, ", " + _NAMES_VERSION_COLUMNS),
+            _walk_params(seeds, hops, index.self_id),
         ).fetchall()
-    except sqlite3.Error as exc:
-        _warn_once("expand", "graph expansion failed; using the seeds alone: %s", exc)
-        rows = _seed_rows(conn, [s for s in seeds if s != self_id])
-    return [(int(r[0]), float(r[1]), int(r[2]), str(r[3]), r[4] or None) for r in rows]
+    except sqlite3.Error:
+        return None  # the checked path runs the walk again and reports the error
+    if not rows or (*index.identity, *rows[0][3:]) != index.version:
+        return None
+    return _strongest(row[:3] for row in rows)
 
 
-def _seed_rows(conn: sqlite3.Connection, seeds: list[int]) -> list[tuple[Any, ...]]:
+def _strongest(rows: Iterable[Sequence[Any]]) -> list[tuple[int, float, int]]:
+    """Walk rows (id, strength, depth) → one row per node with its maximum strength and
+    minimum depth, the top ``MAX_REACHED`` by (−strength, depth, id)."""
+    best: dict[int, list[Any]] = {}
+    for node_id, strength, depth in rows:
+        seen = best.get(node_id)
+        if seen is None:
+            # Ordered as the sort key, so the lists sort natively (ids are unique).
+            best[node_id] = [-strength, depth, node_id]
+            continue
+        if -strength < seen[0]:
+            seen[0] = -strength
+        if depth < seen[1]:
+            seen[1] = depth
+    ranked = sorted(best.values())[:MAX_REACHED]
+    return [(node_id, -neg, depth) for neg, depth, node_id in ranked]
+
+
+def _seed_rows(conn: sqlite3.Connection, seeds: list[int]) -> list[tuple[int, float, int]]:
     """The fallback walk: the seeds alone, at their confidence (0.5 if even that fails)."""
     marks = ",".join("?" * len(seeds))
     try:
@@ -507,18 +626,7 @@ def _seed_rows(conn: sqlite3.Connection, seeds: list[int]) -> list[tuple[Any, ..
         )
     except sqlite3.Error:
         found = {}
-    try:
-        names = {
-            int(r[0]): (r[1], r[2])
-            for r in conn.execute(
-                f"SELECT id, canonical_name, cluster_label FROM graph_nodes WHERE id IN ({marks})",
-                seeds,
-            )
-        }
-    except sqlite3.Error:
-        names = {}
-    rows = [(s, found.get(s, 0.5), 0, *names.get(s, ("", None))) for s in seeds]
-    return sorted(rows, key=lambda r: (-float(r[1]), r[0]))
+    return [(s, float(found.get(s, 0.5)), 0) for s in seeds]
 
 
 # -- the signal -----------------------------------------------------------------------------
@@ -534,43 +642,70 @@ class _Reached(NamedTuple):
 
 
 class Signal:
-    """The graph expansion of one query, computed once; implements ``retrieval.GraphSignal``."""
+    """The graph expansion of one query, computed once; implements ``retrieval.GraphSignal``.
 
-    def __init__(self, reached: Sequence[_Reached], forms: Mapping[int, list[tuple[str, ...]]]):
-        self.reached = {r.node_id: r for r in reached}
-        self._by_first: dict[str, list[tuple[tuple[str, ...], int]]] = {}
-        for node_id in self.reached:
-            for form in forms.get(node_id, ()):
-                self._by_first.setdefault(form[0], []).append((form, node_id))
-        self._firsts = frozenset(self._by_first)
+    Built on every recall that names a node, so the scoring paths read plain dicts
+    (strength, name by node id) and the ``reached`` view is only made when asked for.
+    """
+
+    def __init__(
+        self,
+        walked: list[tuple[int, float, int]],
+        seeds: Iterable[int],
+        index: _NameIndex,
+        names: Mapping[int, tuple[str, str | None]] | None = None,
+    ):
+        """``walked``: (id, strength, depth) of the reached nodes, strongest first, as
+        ``_walk`` gives them; ``names``: (name, label) by id when not all are in ``index``."""
+        self._walked = walked
+        self._seeds = frozenset(seeds)
+        self._names = index.names if names is None else names
+        self._strength = {node_id: strength for node_id, strength, _depth in walked}
+        # Fact matching reads the shared index (every form by its first token) and keeps
+        # the forms of reached nodes: no per-query copy of the forms.
+        self._by_first = index.by_first
+        forms = index.forms
+        self._firsts = frozenset(
+            {form[0] for node_id in self._strength for form in forms.get(node_id, ())}
+        )
+        self._identity = index.identity
+
+    @cached_property
+    def reached(self) -> dict[int, _Reached]:
+        """node id → its ``_Reached`` row, strongest first."""
+        return {
+            node_id: _Reached(
+                node_id, *self._names[node_id], strength, depth, node_id in self._seeds
+            )
+            for node_id, strength, depth in self._walked
+        }
 
     def __bool__(self) -> bool:
-        return bool(self.reached)
+        return bool(self._walked)
 
     def chunk_scores(
         self, conn: sqlite3.Connection, chunk_ids: list[int]
     ) -> dict[int, tuple[float, tuple[str, ...]]]:
         """chunk id → (g, sorted names of the reached nodes it mentions)."""
-        linked: dict[int, set[int]] = {}
+        reached = self._strength
+        linked: dict[int, list[int]] = {}
         for part in _chunks(list(chunk_ids)):
-            rows = conn.execute(
-                "SELECT chunk_id, node_id FROM graph_mentions "
-                f"WHERE chunk_id IN ({','.join('?' * len(part))})",
-                list(part),
-            ).fetchall()
-            for chunk_id, node_id in rows:
-                if int(node_id) in self.reached:
-                    linked.setdefault(int(chunk_id), set()).add(int(node_id))
+            for chunk_id, node_id in conn.execute(
+                f"SELECT chunk_id, node_id FROM graph_mentions WHERE chunk_id IN ({_marks(part)})",
+                _padded(part),
+            ):
+                if node_id in reached:
+                    linked.setdefault(chunk_id, []).append(node_id)
         return {chunk_id: self._score(nodes) for chunk_id, nodes in linked.items()}
 
-    def _score(self, nodes: Iterable[int]) -> tuple[float, tuple[str, ...]]:
-        g = 0.0
-        names: set[str] = set()
-        for node_id in nodes:
-            reached = self.reached[node_id]
-            g = max(g, reached.strength)
-            names.add(reached.name)
-        return g, tuple(sorted(names))
+    def _score(self, nodes: Collection[int]) -> tuple[float, tuple[str, ...]]:
+        """(g, sorted names) of a non-empty set of reached nodes."""
+        if len(nodes) == 1:  # most chunks and facts name one reached node
+            (node_id,) = nodes
+            return self._strength[node_id], (self._names[node_id][0],)
+        strength, names = self._strength, self._names
+        g = max(strength[node_id] for node_id in nodes)
+        return g, tuple(sorted({names[node_id][0] for node_id in nodes}))
 
     def extra_chunks(
         self, conn: sqlite3.Connection, filters: Filters, limit: int
@@ -581,14 +716,16 @@ class Signal:
         newest chunk first, and weaker ones only while slots remain: the usual case reads
         about ``limit`` mention rows instead of every mention of 64 nodes.
         """
-        if limit <= 0 or not self.reached:
+        if limit <= 0 or not self._walked:
             return []
         where, params = filters.chunk_sql("c")
         join = " JOIN chunks c ON c.id = m.chunk_id" if where else ""
-        levels: dict[float, list[int]] = {}
-        for r in self.reached.values():
-            levels.setdefault(r.strength, []).append(r.node_id)
-        ordered = sorted(levels.items(), key=lambda item: -item[0])
+        ordered: list[tuple[float, list[int]]] = []  # strength levels, strongest first
+        for node_id, strength, _depth in self._walked:
+            if ordered and ordered[-1][0] == strength:
+                ordered[-1][1].append(node_id)
+            else:
+                ordered.append((strength, [node_id]))
         taken: dict[int, float] = {}
         for index, (strength, nodes) in enumerate(ordered):
             need = limit - len(taken)
@@ -644,12 +781,16 @@ class Signal:
         for text in (key, value):
             if not isinstance(text, str):
                 text = sanitize(text)
-            if self._firsts.isdisjoint(_token_set(text)):
-                continue  # the common case: this text names none of the reached nodes
             tokens = _tokens(text)
-            for i, token in enumerate(tokens):
-                for form, node_id in self._by_first.get(token, ()):
-                    if node_id not in found and tokens[i : i + len(form)] == form:
+            # Only the tokens that start a reached name are looked at, in C; a one-token
+            # name (most are) matches by being there, longer ones are checked in place.
+            for token in self._firsts.intersection(tokens):
+                for form, node_id, _length in self._by_first[token]:
+                    if (
+                        node_id in self._strength
+                        and node_id not in found
+                        and (len(form) == 1 or _contains(tokens, form))
+                    ):
                         found.add(node_id)
         return found
 
@@ -676,37 +817,71 @@ class Signal:
 
         The same scores as ``fact_score`` over every live fact, without reading them all:
         a cached token → fact-id index (fact texts never change in place) gives the few facts
-        worth checking, and only those are read and checked at word boundaries.
+        worth checking, and only those are read and checked at word boundaries. The index is
+        tried as it stands first, the store's newest fact read by the same statement as the
+        candidates; only when a fact was added since is it brought up to date and asked again.
         """
-        ids = _fact_index(conn).candidates(self._firsts)
-        if not ids:
-            return {}
+        with _index_lock:
+            known = _fact_indexes.get(self._identity) if self._identity else None
+        if known is not None and known.top is not None:
+            found = self._lifted(conn, filters, known.candidates(self._firsts), known.top)
+            if found is not None:
+                return found
+        index = _fact_index(conn, self._identity)
+        return self._lifted(conn, filters, index.candidates(self._firsts)) or {}
+
+    def _lifted(
+        self,
+        conn: sqlite3.Connection,
+        filters: Filters,
+        ids: set[int],
+        top: tuple[int, str, str] | None = None,
+    ) -> dict[int, tuple[float, tuple[str, ...]]] | None:
+        """``fact_candidates`` over the candidate ``ids``; with ``top`` (the newest fact the
+        index has seen), None when the store's newest fact is another one."""
         where, params = filters.fact_sql("f")
+        parts = list(_chunks(sorted(ids))) or [()]
+        if top is not None and len(parts) > 1:
+            return None  # rare: too many candidates to ask in one statement
         out: dict[int, tuple[float, tuple[str, ...]]] = {}
-        ordered = sorted(ids)
-        for part in _chunks(ordered):
-            for fact_id, key, value in conn.execute(
-                f"SELECT f.id, f.key, f.value FROM facts f "
-                f"WHERE f.id IN ({','.join('?' * len(part))}){where}",
-                (*part, *params),
-            ):
-                g, names = self.fact_score(str(key), str(value))
-                if g > 0:
-                    out[int(fact_id)] = (g, names)
+        newest = None
+        for part in parts:
+            selects, binds = [], []
+            if top is not None:
+                selects.append(_NEWEST_FACT_ROW)
+            if part:
+                selects.append(
+                    "SELECT 1, f.id, f.key, f.value FROM facts f "
+                    f"WHERE f.id IN ({_marks(part)}){where}"
+                )
+                binds += [*_padded(part), *params]
+            if not selects:
+                continue
+            for candidate, fact_id, key, value in conn.execute(" UNION ALL ".join(selects), binds):
+                if not candidate:
+                    newest = (fact_id, str(key), str(value))
+                    continue
+                found = self.matched_nodes(key, value)
+                if found:
+                    g, names = self._score(found)
+                    if g > 0:
+                        out[fact_id] = (g, names)
+        if top is not None and newest != top:
+            return None
         return out
 
     def traversal(self) -> list[GraphTraversalStep]:
         steps = [
-            GraphTraversalStep(r.name, r.depth, r.is_seed, r.strength)
-            for r in self.reached.values()
+            GraphTraversalStep(self._names[node_id][0], depth, node_id in self._seeds, strength)
+            for node_id, strength, depth in self._walked
         ]
         steps.sort(key=lambda s: (s.hop_distance, s.canonical_name))
         return steps
 
     def context_nodes(self) -> list[tuple[str, str | None]]:
-        """(canonical name, cluster label or None) of every reached node; never the self node."""
-        ordered = sorted(self.reached.values(), key=lambda r: (-r.strength, r.depth, r.node_id))
-        return [(r.name, r.label) for r in ordered]
+        """(canonical name, cluster label or None) of every reached node, strongest first
+        (by −strength, depth, id); never the self node."""
+        return [self._names[node_id] for node_id, _strength, _depth in self._walked]
 
 
 def build_signal(database: Database, text: object, hops: int) -> Signal | None:
@@ -720,21 +895,65 @@ def build_signal(database: Database, text: object, hops: int) -> Signal | None:
     if not tokens:
         return None
     with database.read() as conn:
-        return _signal(conn, tokens, hops)
+        return _signal(conn, tokens, hops, identity=_database_identity(database, conn))
 
 
-def _signal(conn: sqlite3.Connection, tokens: Sequence[str], hops: int) -> Signal | None:
-    index = _name_index(conn)
+def _signal(
+    conn: sqlite3.Connection,
+    tokens: Sequence[str],
+    hops: int,
+    *,
+    identity: tuple[object, ...] | None = None,
+) -> Signal | None:
+    if identity:
+        signal = _signal_from_latest(conn, tokens, hops, identity)
+        if signal is not None:
+            return signal
+    index = _name_index(conn, identity)
     seeds = index.seeds(tokens)
     if not seeds:
         return None
     self_id = index.self_id if index.self_id is not None else _self_id(conn)
-    seed_set = set(seeds)
-    reached = [
-        _Reached(node_id, name, label, strength, depth, node_id in seed_set)
-        for node_id, strength, depth, name, label in _walk(conn, seeds, hops, self_id)
-    ]
-    return Signal(reached, index.forms) if reached else None
+    walked = _walk(conn, seeds, hops, self_id)
+    if not walked:
+        return None
+    return Signal(walked, seeds, index, _node_names(conn, index, [row[0] for row in walked]))
+
+
+def _signal_from_latest(
+    conn: sqlite3.Connection, tokens: Sequence[str], hops: int, identity: tuple[object, ...]
+) -> Signal | None:
+    """The signal through the newest name index seen for this store, if the walk finds it
+    still current; None when there is none, it names no seed here, or it is out of date
+    (then the caller checks the version first, as ever)."""
+    with _index_lock:
+        index = _latest_indexes.get(identity)
+    if index is None:
+        return None
+    seeds = index.seeds(tokens)
+    walked = _walk_if_current(conn, index, seeds, hops) if seeds else None
+    if not walked:
+        return None
+    return Signal(walked, seeds, index, _node_names(conn, index, [row[0] for row in walked]))
+
+
+def _node_names(
+    conn: sqlite3.Connection, index: _NameIndex, ids: list[int]
+) -> Mapping[int, tuple[str, str | None]]:
+    """(canonical name, label) of each id: from the index, read for any it lacks (a node
+    inserted by a writer that did not bump ``graph.gen``)."""
+    missing = [node_id for node_id in ids if node_id not in index.names]
+    if not missing:
+        return index.names
+    marks = ",".join("?" * len(missing))
+    read = {
+        int(r[0]): (str(r[1]), r[2] or None)
+        for r in conn.execute(
+            f"SELECT id, canonical_name, cluster_label FROM graph_nodes WHERE id IN ({marks})",
+            missing,
+        )
+    }
+    return ChainMap(read, index.names, {node_id: ("", None) for node_id in missing})
 
 
 # -- writes ---------------------------------------------------------------------------------
@@ -1458,6 +1677,8 @@ def compute_clusters(conn: sqlite3.Connection) -> int:
     conn.executemany(
         "UPDATE graph_nodes SET cluster_id = ?, cluster_label = ? WHERE id = ?", changes
     )
+    if changes:
+        _bump_gen(conn)  # the name index holds the labels
     return len(clusters)
 
 
@@ -1509,6 +1730,7 @@ def label_clusters(
                 "UPDATE graph_nodes SET cluster_label = ? WHERE cluster_id = ?",
                 (label, cluster_id),
             )
+            _bump_gen(conn)  # the name index holds the labels
             labelled += 1
     return labelled
 
