@@ -251,3 +251,14 @@ def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elasti
     assert mem.recall("lighthouse keeper")
     mem.warm_up(timeout=5)
     assert mem._services.keyword.loaded_chunks == 0
+
+
+def test_a_closed_index_leaves_queries_to_fts5(
+    filled: elastimem.Elastimem, store_path: Path
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        assert index.top(conn, ["garden"], 5) is not None
+        index.close()
+        assert index.top(conn, ["garden"], 5) is None
+        index.prime(conn)  # no error

@@ -110,6 +110,7 @@ class KeywordIndex:
         self._lock = threading.Lock()
         self._tokenizer = _Tokenizer()
         self._term_tokens: OrderedDict[str, str | None] = OrderedDict()
+        self._closed = False
         self._reset()
 
     def _reset(self) -> None:
@@ -135,7 +136,7 @@ class KeywordIndex:
         """
         try:
             with self._lock:
-                if not self._sync(conn):
+                if self._closed or not self._sync(conn):
                     return None
                 tokens = [self._token(t) for t in terms]
                 if any(t is None for t in tokens):
@@ -151,13 +152,16 @@ class KeywordIndex:
         """Load what every query needs (the chunk lengths) ahead of the first one."""
         try:
             with self._lock:
-                self._sync(conn)
+                if not self._closed:
+                    self._sync(conn)
         except (sqlite3.Error, ValueError, MemoryError) as exc:
             logger.debug("priming the keyword index failed: %s", type(exc).__name__)
 
     def close(self) -> None:
+        """Drop the cache and the tokenizer's connection; a later query answers None."""
         with self._lock:
             self._reset()
+            self._closed = True
             self._tokenizer.close()
 
     @property

@@ -812,6 +812,7 @@ class Elastimem:
             self._db.checkpoint("PASSIVE")
         finally:
             self._closed = True
+            self._services.keyword.close()
             self._db.close()
 
 
