@@ -16,7 +16,7 @@ import pytest
 
 import elastimem
 from elastimem import keyword_index
-from elastimem.keyword_index import KeywordIndex
+from elastimem.keyword_index import FACTS, KeywordIndex
 from elastimem.text import fts_match_expression, query_terms
 
 WORDS = (
@@ -122,12 +122,12 @@ def test_excluding_a_session_matches_the_fts5_query(
     with snapshot(store_path) as conn:
         session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
         for terms in queries(random.Random(2), 20):
-            ours = index.top(conn, terms, 30, exclude_session=session)
+            excluded = [r[0] for r in conn.execute(
+                "SELECT id FROM chunks WHERE session_id = ?", (session,))]  # fmt: skip
+            ours = index.top(conn, terms, 30, exclude=excluded)
             assert ours is not None
             assert_same_ranking(ours, fts5_top(conn, terms, 30, exclude=session))
-            excluded = {r[0] for r in conn.execute(
-                "SELECT id FROM chunks WHERE session_id = ?", (session,))}  # fmt: skip
-            assert not excluded & {i for i, _ in ours}
+            assert not set(excluded) & {i for i, _ in ours}
 
 
 def test_new_turns_are_appended_without_refetching(
@@ -236,13 +236,13 @@ def test_warm_up_loads_the_chunk_lengths_before_the_first_recall(
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     mem.close()
     again = make_store()
-    index = again._services.keyword
-    assert index.loaded_chunks == 0
+    index = again._services.keyword.chunks
+    assert index.loaded_rows == 0
     again.warm_up(timeout=5)
     deadline = time.monotonic() + 10
-    while index.loaded_chunks < 30 and time.monotonic() < deadline:
+    while index.loaded_rows < 30 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert index.loaded_chunks == 30
+    assert index.loaded_rows == 30
 
 
 def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elastimem]) -> None:
@@ -250,7 +250,7 @@ def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elasti
     mem.record_turn("the lighthouse keeper", "Noted.")
     assert mem.recall("lighthouse keeper")
     mem.warm_up(timeout=5)
-    assert mem._services.keyword.loaded_chunks == 0
+    assert mem._services.keyword.chunks.loaded_rows == 0
 
 
 def test_a_closed_index_leaves_queries_to_fts5(
@@ -262,3 +262,56 @@ def test_a_closed_index_leaves_queries_to_fts5(
         index.close()
         assert index.top(conn, ["garden"], 5) is None
         index.prime(conn)  # no error
+
+
+def fts5_facts_top(
+    conn: sqlite3.Connection, terms: list[str], limit: int
+) -> list[tuple[int, float]]:
+    rows = conn.execute(
+        "SELECT f.id, -bm25(facts_fts) AS s FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid "
+        "WHERE facts_fts MATCH ? AND f.invalidated_at IS NULL AND f.archived = 0 "
+        "ORDER BY s DESC, f.id DESC LIMIT ?",
+        (fts_match_expression(terms), limit),
+    )
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def test_facts_rank_as_fts5_ranks_their_live_versions(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    """Facts span two columns (key, value) and keep every version in the FTS table."""
+    mem = make_store()
+    rng = random.Random(8)
+    for i in range(150):
+        mem.remember(f"{rng.choice(WORDS)}_{rng.choice(WORDS)}_{i % 40}", sentence(rng))
+    index = KeywordIndex(FACTS)
+    for round_ in range(2):
+        with snapshot(store_path) as conn:
+            live = [r[0] for r in conn.execute(
+                "SELECT id FROM facts WHERE invalidated_at IS NULL AND archived = 0")]  # fmt: skip
+            for terms in queries(random.Random(round_), 30):
+                for limit in (2, 20):
+                    ours = index.top(conn, terms, limit, only=live)
+                    assert ours is not None
+                    assert_same_ranking(ours, fts5_facts_top(conn, terms, limit))
+        mem.remember("garden_tomato_1", "garden tomato garden")  # a new version: appended
+        mem.forget("garden_tomato_2")
+
+
+def test_recall_ranks_facts_alike_with_and_without_the_index(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    mem = make_store()
+    rng = random.Random(12)
+    for i in range(120):
+        mem.remember(f"{rng.choice(WORDS)}_{i % 30}", sentence(rng))
+    with sqlite3.connect(store_path) as conn:  # decay archives facts; the FTS rows stay
+        conn.execute("UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 3 = 0")
+    shown = {h.id for h in mem.recall("garden tomato lighthouse", k=50, kinds=["fact"])}
+    lite = make_store(tier_override="lite")
+    for terms in queries(random.Random(6), 15):
+        question = " ".join(terms)
+        full = [(h.id, round(h.score, 9)) for h in mem.recall(question, k=8, kinds=["fact"])]
+        small = [(h.id, round(h.score, 9)) for h in lite.recall(question, k=8, kinds=["fact"])]
+        assert full == small
+    assert shown and all(i % 3 != 0 for i in shown)

@@ -233,14 +233,21 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
 
 def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list[str], list[int]]:
     """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2)."""
+    from .background import keyword_index
+
     half_life = services.config().fact_recency_half_life_days
     weights = retrieval.DEFAULT_WEIGHTS
     with services.db.read() as conn:
         live = semantic.live_fact_rows(conn)
         relevance: dict[int, float] = {}
         if terms:
+            indexes = keyword_index(services, services.profile())
             relevance = retrieval.fact_keyword_leg(
-                conn, terms, retrieval.Filters(), services.db.fts_enabled
+                conn,
+                terms,
+                retrieval.Filters(),
+                services.db.fts_enabled,
+                index=indexes.facts if indexes is not None else None,
             )
     now_seconds = utcnow().timestamp()
     profile_facts = [row for row in live if row[3] == "profile"]

@@ -23,7 +23,7 @@ from .errors import EmbedderError
 from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
 from .gate import GateDeferred, GateDenied, LLMGate, Watchdog
 from .governor import MemoryProfile
-from .keyword_index import KeywordIndex
+from .keyword_index import KeywordIndexes
 from .prompts import (
     build_condense_prompt,
     build_fact_merge_prompt,
@@ -77,7 +77,7 @@ class Services:
     worker: Worker | None = None
     passage_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the embedder"))
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
-    keyword: KeywordIndex = field(default_factory=KeywordIndex)
+    keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
 
     def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
         """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
@@ -342,7 +342,7 @@ def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout:
     return ready
 
 
-def _prime_keywords(services: Services, index: KeywordIndex) -> None:
+def _prime_keywords(services: Services, index: KeywordIndexes) -> None:
     """Read the chunk lengths now rather than in the first recall (a second at 1M chunks)."""
     try:
         with services.db.read() as conn:
@@ -380,7 +380,7 @@ def _prime_vectors(services: Services, worker: Worker) -> None:
         worker.submit(lambda: services.vectors.prime(label, dim))
 
 
-def keyword_index(services: Services, profile: MemoryProfile) -> KeywordIndex | None:
+def keyword_index(services: Services, profile: MemoryProfile) -> KeywordIndexes | None:
     """The cached-postings BM25 of keyword_index, except at LITE, where its memory (a few
     bytes per chunk, twelve per cached posting) goes unspent and FTS5 ranks by itself."""
     return None if profile.tier is Tier.LITE else services.keyword

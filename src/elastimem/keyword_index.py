@@ -1,4 +1,4 @@
-"""Exact BM25 for the chunk keyword leg, scored with numpy from cached postings (SPEC §5.6).
+"""Exact BM25 for the keyword legs, scored with numpy from cached postings (SPEC §5.6).
 
 Why not let FTS5 rank: it computes ``bm25()`` for every row a MATCH returns before
 ``ORDER BY … LIMIT`` keeps the best fifty, about 2 µs a row on the 2-core machines we
@@ -18,6 +18,12 @@ of record; whatever the cache cannot answer exactly (a term FTS5 splits into sev
 tokens, time filters, any failure) is answered by the FTS5 query, and the tests check
 that both rank alike.
 
+The same index serves the facts' FTS table, whose rows are every version of every fact (the
+history grows without bound while the live facts stay a few hundred): a query scores all
+versions, as FTS5 does, and keeps the live ones. A row spanning several columns (a fact's
+key and value) counts as FTS5 counts it: frequencies summed over the columns, the length
+of all of them.
+
 Staying in sync: FTS5's averages record (row count, total tokens) is read on every query
 (one rowid lookup). When it changed only by new chunks after the highest one cached — what
 ``record_turn`` does — those chunks are tokenised with the same tokenizer in a private
@@ -32,6 +38,7 @@ import math
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,18 +49,34 @@ logger = logging.getLogger("elastimem")
 
 K1 = 1.2
 B = 0.75
-# New chunks since the last query are tokenised and appended up to this many; beyond it
+# New rows since the last query are tokenised and appended up to this many; beyond it
 # (a bulk import, another process ingesting) refetching the postings is cheaper.
 APPEND_LIMIT = 512
-# Cached postings, in entries (12 bytes each): at least this many, or 4 per chunk.
+# Cached postings, in entries (12 bytes each): at least this many, or 4 per row.
 MIN_POSTINGS_CAP = 1_000_000
 TERM_CACHE = 4096
-VOCAB_TABLE = "temp.elastimem_chunks_vocab"
+
+
+@dataclass(frozen=True)
+class FtsTable:
+    """An FTS5 table the index can mirror, and how to read its new rows' text."""
+
+    name: str
+    # (id, text) of the rows after an id, ascending, with a limit; the columns joined by a
+    # space, which FTS5's tokenizer splits anyway, so the counts are those of the columns.
+    new_rows_sql: str
+
+
+CHUNKS = FtsTable("chunks_fts", "SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?")
+FACTS = FtsTable(
+    "facts_fts",
+    "SELECT id, key || ' ' || value FROM facts WHERE id > ? ORDER BY id LIMIT ?",
+)
 
 
 @dataclass
 class _Postings:
-    """One token's chunks, ascending ids, with the token's frequency in each."""
+    """One token's rows, ascending ids, with the token's frequency in each."""
 
     ids: np.ndarray
     freqs: np.ndarray
@@ -73,7 +96,7 @@ class _Postings:
 
 
 class _Tokenizer:
-    """The chunk index's tokenizer, run on text in a private in-memory FTS5 table."""
+    """The FTS tables' tokenizer, run on text in a private in-memory FTS5 table."""
 
     def __init__(self) -> None:
         self._conn = sqlite3.connect(":memory:", check_same_thread=False)
@@ -104,9 +127,11 @@ class _Tokenizer:
 
 
 class KeywordIndex:
-    """BM25 top-k over ``chunks_fts`` from cached postings; thread-safe, see module doc."""
+    """BM25 top-k over one FTS5 table from cached postings; thread-safe, see module doc."""
 
-    def __init__(self) -> None:
+    def __init__(self, table: FtsTable = CHUNKS) -> None:
+        self.table = table
+        self._vocab = f"temp.elastimem_{table.name}_vocab"
         self._lock = threading.Lock()
         self._tokenizer = _Tokenizer()
         self._term_tokens: OrderedDict[str, str | None] = OrderedDict()
@@ -128,11 +153,15 @@ class KeywordIndex:
         conn: sqlite3.Connection,
         terms: list[str],
         limit: int,
-        exclude_session: int | None = None,
+        *,
+        exclude: Collection[int] = (),
+        only: Collection[int] | None = None,
     ) -> list[tuple[int, float]] | None:
-        """The best ``limit`` chunks as (id, −bm25), best first, ties to the higher id.
+        """The best ``limit`` rows as (id, −bm25), best first, ties to the higher id.
 
-        ``conn`` must be inside one read snapshot. None when this query needs FTS5 itself.
+        Rows in ``exclude``, or outside ``only`` when given (the live facts), are left out
+        before the cut. ``conn`` must be inside one read snapshot. None when this query
+        needs FTS5 itself.
         """
         try:
             with self._lock:
@@ -141,7 +170,7 @@ class KeywordIndex:
                 tokens = [self._token(t) for t in terms]
                 if any(t is None for t in tokens):
                     return None
-                return self._score(conn, [t for t in tokens if t], limit, exclude_session)
+                return self._score(conn, [t for t in tokens if t], limit, exclude, only)
         except (sqlite3.Error, ValueError, MemoryError) as exc:
             logger.debug("keyword index unavailable for this query: %s", type(exc).__name__)
             with self._lock:
@@ -149,7 +178,7 @@ class KeywordIndex:
             return None
 
     def prime(self, conn: sqlite3.Connection) -> None:
-        """Load what every query needs (the chunk lengths) ahead of the first one."""
+        """Load what every query needs (the row lengths) ahead of the first one."""
         try:
             with self._lock:
                 if not self._closed:
@@ -170,14 +199,14 @@ class KeywordIndex:
         return self._cached_entries
 
     @property
-    def loaded_chunks(self) -> int:
-        """Chunks whose lengths are loaded (0 until the first query or ``prime``)."""
+    def loaded_rows(self) -> int:
+        """Rows whose lengths are loaded (0 until the first query or ``prime``)."""
         return self._rows if self._loaded else 0
 
     # -- keeping in sync ----------------------------------------------------------------------
 
     def _sync(self, conn: sqlite3.Connection) -> bool:
-        row = conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
+        row = conn.execute(f"SELECT block FROM {self.table.name}_data WHERE id = 1").fetchone()
         averages = bytes(row[0]) if row and row[0] is not None else b""
         if self._loaded and averages == self._averages:
             return True
@@ -195,11 +224,8 @@ class KeywordIndex:
         return True
 
     def _append(self, conn: sqlite3.Connection, rows: int, total: int) -> bool:
-        """Take in chunks added after the last one cached; False if that is not the change."""
-        new = conn.execute(
-            "SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?",
-            (self._max_id, APPEND_LIMIT + 1),
-        ).fetchall()
+        """Take in rows added after the last one cached; False if that is not the change."""
+        new = conn.execute(self.table.new_rows_sql, (self._max_id, APPEND_LIMIT + 1)).fetchall()
         if not new or len(new) > APPEND_LIMIT or rows != self._rows + len(new):
             return False
         docs = self._tokenizer.documents([(int(i), str(t or "")) for i, t in new])
@@ -218,12 +244,14 @@ class KeywordIndex:
         return True
 
     def _load_lengths(self, conn: sqlite3.Connection) -> int:
-        """Every chunk's length in tokens from FTS5's docsize table; returns the count."""
+        """Every row's length in tokens from FTS5's docsize table; returns the count."""
         ids: list[int] = []
         lengths: list[int] = []
-        for doc_id, size in conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id"):
+        for doc_id, size in conn.execute(
+            f"SELECT id, sz FROM {self.table.name}_docsize ORDER BY id"
+        ):
             ids.append(int(doc_id))
-            lengths.append(_first_varint(bytes(size)) if size else 0)
+            lengths.append(_varint_sum(bytes(size)) if size else 0)
         self._max_id = ids[-1] if ids else 0
         self._lengths = np.zeros(self._max_id + 1, dtype=np.uint32)
         if ids:
@@ -255,9 +283,9 @@ class KeywordIndex:
         if cached is not None:
             self._postings.move_to_end(token)
             return cached.merged()
-        _ensure_vocab(conn)
+        _ensure_vocab(conn, self._vocab, self.table.name)
         rows = conn.execute(
-            f"SELECT doc, count(*) FROM {VOCAB_TABLE} WHERE term = ? GROUP BY doc", (token,)
+            f"SELECT doc, count(*) FROM {self._vocab} WHERE term = ? GROUP BY doc", (token,)
         ).fetchall()
         data = np.array(rows, dtype=np.int64).reshape(-1, 2)
         postings = _Postings(data[:, 0].copy(), data[:, 1].astype(np.float64))
@@ -277,7 +305,8 @@ class KeywordIndex:
         conn: sqlite3.Connection,
         tokens: list[str],
         limit: int,
-        exclude_session: int | None,
+        exclude: Collection[int],
+        only: Collection[int] | None,
     ) -> list[tuple[int, float]]:
         if not tokens or self._rows == 0:
             return []
@@ -302,23 +331,19 @@ class KeywordIndex:
         ids, scores = _sum_by_id(
             np.concatenate(id_parts), np.concatenate(score_parts), len(self._lengths)
         )
-        if exclude_session is not None:
-            excluded = np.array(
-                [r[0] for r in conn.execute(
-                    "SELECT id FROM chunks WHERE session_id = ?", (exclude_session,)
-                )],
-                dtype=np.int64,
-            )  # fmt: skip
-            if len(excluded):
-                keep = ~np.isin(ids, excluded)
-                ids, scores = ids[keep], scores[keep]
+        if only is not None:
+            keep = np.isin(ids, np.fromiter(only, dtype=np.int64, count=len(only)))
+            ids, scores = ids[keep], scores[keep]
+        if exclude:
+            keep = ~np.isin(ids, np.fromiter(exclude, dtype=np.int64, count=len(exclude)))
+            ids, scores = ids[keep], scores[keep]
         return _best(ids, scores, limit)
 
 
 def _sum_by_id(ids: np.ndarray, scores: np.ndarray, id_bound: int) -> tuple[np.ndarray, np.ndarray]:
     """Unique ids (ascending) and the sum of their scores.
 
-    Adding into one slot per chunk id is linear; sorting the ids (np.unique) is cheaper
+    Adding into one slot per row id is linear; sorting the ids (np.unique) is cheaper
     only when the postings are few next to the id range (rare terms, a very large store).
     """
     if id_bound <= 8 * len(ids) + 65_536:
@@ -339,10 +364,10 @@ def _best(ids: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, fl
     return [(int(ids[i]), float(scores[i])) for i in order]
 
 
-def _ensure_vocab(conn: sqlite3.Connection) -> None:
-    """Create this connection's fts5vocab table over chunks_fts (temp: never in the file)."""
+def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str) -> None:
+    """Create this connection's fts5vocab table over ``table`` (temp: never in the file)."""
     try:
-        conn.execute(f"SELECT 1 FROM {VOCAB_TABLE} LIMIT 0")
+        conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
         return
     except sqlite3.OperationalError:
         pass
@@ -351,8 +376,7 @@ def _ensure_vocab(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA query_only = OFF")
     try:
         conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {VOCAB_TABLE} "
-            "USING fts5vocab(main, chunks_fts, instance)"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, instance)"
         )
     finally:
         if query_only:
@@ -360,16 +384,23 @@ def _ensure_vocab(conn: sqlite3.Connection) -> None:
 
 
 def _decode_averages(block: bytes) -> tuple[int, int]:
-    """FTS5's averages record: varint row count, then varint token total per column."""
+    """FTS5's averages record: varint row count, then varint token total per column (summed:
+    bm25 measures a row over all its columns)."""
     if not block:
         return 0, 0
     rows, at = _varint(block, 0)
-    total, _ = _varint(block, at)
-    return rows, total
+    return rows, _varint_sum(block, at)
 
 
-def _first_varint(block: bytes) -> int:
-    return block[0] if block[0] < 0x80 else _varint(block, 0)[0]
+def _varint_sum(block: bytes, at: int = 0) -> int:
+    """The sum of the varints from ``at`` on (a docsize record: one per column)."""
+    if len(block) == 1 and at == 0 and block[0] < 0x80:
+        return block[0]  # one short column: nearly every chunk
+    total = 0
+    while at < len(block):
+        value, at = _varint(block, at)
+        total += value
+    return total
 
 
 def _varint(block: bytes, at: int) -> tuple[int, int]:
@@ -383,3 +414,19 @@ def _varint(block: bytes, at: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, at + i + 1
     raise ValueError("bad varint")
+
+
+class KeywordIndexes:
+    """One store's indexes: chunks and facts."""
+
+    def __init__(self) -> None:
+        self.chunks = KeywordIndex(CHUNKS)
+        self.facts = KeywordIndex(FACTS)
+
+    def prime(self, conn: sqlite3.Connection) -> None:
+        self.chunks.prime(conn)
+        self.facts.prime(conn)
+
+    def close(self) -> None:
+        self.chunks.close()
+        self.facts.close()
