@@ -828,14 +828,18 @@ class Signal:
         tried as it stands first, the store's newest fact read by the same statement as the
         candidates; only when a fact was added since is it brought up to date and asked again.
         """
+        # The index holds every version; only current ones can pass the filters. Their ids
+        # come from the partial index on live keys (a few hundred, without reading the
+        # table), so the candidates stay few however long the facts' history grows.
+        current = {r[0] for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")}
         with _index_lock:
             known = _fact_indexes.get(self._identity) if self._identity else None
         if known is not None and known.top is not None:
-            found = self._lifted(conn, filters, known.candidates(self._firsts), known.top)
+            found = self._lifted(conn, filters, known.candidates(self._firsts) & current, known.top)
             if found is not None:
                 return found
         index = _fact_index(conn, self._identity)
-        return self._lifted(conn, filters, index.candidates(self._firsts)) or {}
+        return self._lifted(conn, filters, index.candidates(self._firsts) & current) or {}
 
     def _lifted(
         self,
