@@ -415,6 +415,25 @@ def run_size(size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path)
             row["vector_hnsw_p50_ms"], row["vector_hnsw_p95_ms"] = pct(times, 50), pct(times, 95)
             hits = sum(len(set(a[:10]) & set(e[:10])) for a, e in zip(approx, exact))
             row["hnsw_recall_at_10"] = hits / (10 * len(exact))
+            graph = mem._vectors._ann
+            for width in args.hnsw_ef or []:
+                # The same graph searched wider or narrower: latency vs recall@10.
+                assert graph is not None
+                graph.width = width
+                approx, times = vector_only(mem._vectors, mem._db, query_vectors, VECTOR_CANDIDATES)
+                hits = sum(len(set(a[:10]) & set(e[:10])) for a, e in zip(approx, exact))
+                row.setdefault("hnsw_ef_sweep", []).append(
+                    {
+                        "ef": width,
+                        "vector_p50_ms": pct(times, 50),
+                        "vector_p95_ms": pct(times, 95),
+                        "recall_at_10": hits / (10 * len(exact)),
+                    }
+                )
+            if graph is not None:
+                graph.width = None
+                row["hnsw_default_width"] = ann.search_width(graph.size)
+    row["load_avg_end"] = os.getloadavg()[0]
     if not args.keep:
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
@@ -514,7 +533,9 @@ COLUMNS: list[tuple[str, str, str]] = [
 COLUMNS_2: list[tuple[str, str, str]] = [
     ("size", "exchanges", "{:,}"),
     ("vector_numpy_p50_ms", "vec np p50", "{:.2f}"),
+    ("vector_numpy_p95_ms", "vec np p95", "{:.2f}"),
     ("vector_hnsw_p50_ms", "vec hnsw p50", "{:.2f}"),
+    ("vector_hnsw_p95_ms", "vec hnsw p95", "{:.2f}"),
     ("hnsw_recall_at_10", "hnsw R@10", "{:.3f}"),
     ("hnsw_build_s", "build s", "{:.1f}"),
     ("hnsw_snapshot_mb", "snap MB", "{:.0f}"),
@@ -525,7 +546,8 @@ COLUMNS_2: list[tuple[str, str, str]] = [
     ("rss_hnsw_mb", "RSS hnsw MB", "{:.0f}"),
     ("hybrid_first_query_ms", "1st np ms", "{:.0f}"),
     ("hnsw_first_query_ms", "1st hnsw ms", "{:.0f}"),
-    ("load_avg", "loadavg", "{:.1f}"),
+    ("load_avg", "load start", "{:.1f}"),
+    ("load_avg_end", "load end", "{:.1f}"),
 ]
 
 
@@ -571,6 +593,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-hnsw", action="store_true")
     parser.add_argument(
+        "--hnsw-ef",
+        type=int,
+        nargs="*",
+        default=None,
+        help="also time the vector leg at these HNSW search widths (recall@10 vs latency)",
+    )
+    parser.add_argument(
         "--builtin", action="store_true", help="measure the built-in embedder end to end instead"
     )
     parser.add_argument("--builtin-turns", type=int, default=400)
@@ -611,6 +640,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             print_rows(rows, COLUMNS)
             print_rows(rows, COLUMNS_2)
+            for row in rows:
+                for point in row.get("hnsw_ef_sweep", []):
+                    print(
+                        f"{row['size']:,} exchanges, HNSW width {point['ef']}: vector leg "
+                        f"p50 {point['vector_p50_ms']:.2f} ms, p95 {point['vector_p95_ms']:.2f} "
+                        f"ms, recall@10 {point['recall_at_10']:.3f}"
+                    )
     finally:
         if tmp is not None:
             tmp.cleanup()

@@ -8,6 +8,7 @@ legs at worst), lose nothing stored, and warn once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -93,9 +94,8 @@ def test_explain_shows_every_leg_and_sums(make_store: Factory, embedder: HashEmb
             legs = (DEFAULT_WEIGHTS.fts * c.fts + DEFAULT_WEIGHTS.vec * c.vector) / (
                 DEFAULT_WEIGHTS.fts + DEFAULT_WEIGHTS.vec
             )
-            neighbour = getattr(c, "neighbour", c.fused_relevance - legs)
-            assert c.fused_relevance == pytest.approx(legs + neighbour)
-            assert 0 <= neighbour <= DEFAULT_WEIGHTS.neighbour
+            assert c.fused_relevance == pytest.approx(legs + c.neighbour)
+            assert 0 <= c.neighbour <= DEFAULT_WEIGHTS.neighbour
 
 
 def test_neighbouring_exchange_lifts_a_chunk(make_store: Factory) -> None:
@@ -109,8 +109,14 @@ def test_neighbouring_exchange_lifts_a_chunk(make_store: Factory) -> None:
     by_id = {c.chunk_id: c for c in explained.chunk_breakdowns}
     second = explained.hits[0]
     assert "alarm code" in second.text or "spare key" in second.text
-    lifted = [c for c in by_id.values() if c.fused_relevance > c.fts * 1.0 + 1e-9]
+    lifted = [c for c in by_id.values() if c.neighbour > 0]
     assert lifted  # chunks next to another candidate gained the neighbour term
+    for c in by_id.values():
+        # No vector leg here: the keyword leg plus the neighbour term is the relevance.
+        assert c.fused_relevance == pytest.approx(c.fts + c.neighbour)
+    # The field is part of explain()'s breakdown, last, with a default.
+    names = [f.name for f in dataclasses.fields(elastimem.ChunkScoreBreakdown)]
+    assert names[-1] == "neighbour"
 
 
 def test_query_vectors_are_cached_per_label_and_dim(make_store: Factory) -> None:
@@ -178,7 +184,13 @@ FAULTS: dict[str, Callable[[list[str]], Any]] = {
     "nan": lambda texts: [[math.nan, 1.0] for _ in texts],
     "inf": lambda texts: [[math.inf, 1.0] for _ in texts],
     "zero": lambda texts: [[0.0, 0.0] for _ in texts],
-    "ragged": lambda texts: [[1.0] * (2 + i % 2) for i, _ in enumerate(texts)],
+    # A lone row cannot be ragged by length (it was a valid 2-dim vector, and the test
+    # failed whenever the worker happened to embed the first turn alone): nest it instead.
+    "ragged": lambda texts: (
+        [[1.0] * (2 + i % 2) for i, _ in enumerate(texts)]
+        if len(texts) > 1
+        else [[1.0, [1.0, 1.0]]]
+    ),
     "not vectors": lambda texts: "nope",
 }
 
@@ -210,6 +222,32 @@ def test_a_broken_embedder_never_costs_recall_or_data(
             "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL"
         ).fetchone() == (0,)
     assert warnings_about(caplog, "failed 3 times in a row") <= 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="worker._execute warns once per failed job attempt (3 here) besides the embedder's "
+    "own give-up warning; run_embed or the worker should log embedder failures at debug level "
+    "and leave the warning to EmbeddingSource",
+)
+def test_a_broken_embedder_warns_once_in_total(
+    make_store: Factory, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastimem import jobs
+
+    monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
+    embedder = CountingEmbedder()
+    embedder.fault = raise_error
+    mem = make_store(embedder=embedder)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        for user, assistant in TURNS:
+            mem.record_turn(user, assistant)
+        mem.drain(5)
+        mem.recall("greyhound Biscuit")
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "the host embedder failed 3 times in a row; semantic recall is off for this instance "
+        "and its chunks stay unembedded until a reopen"
+    ]
 
 
 def test_a_failing_host_embedder_is_given_up_after_three_failures(
@@ -247,10 +285,13 @@ def test_a_dimension_change_mid_run_is_refused(
     mem.drain(5)
     stats = mem.stats()
     assert stats["embedded_chunks"] == 2 and stats["stale_embeddings"] == 0
+    assert stats["chunks"] == 3 and stats["messages"] == 6  # nothing stored is lost
     with mem._db.read() as conn:
         assert conn.execute(
             "SELECT DISTINCT embedding_dim FROM chunks WHERE embedding_dim IS NOT NULL"
         ).fetchall() == [(16,)]
+    hits = mem.recall("embedded in another dimension")
+    assert hits and "another dimension" in hits[0].text  # the keyword leg finds it
 
 
 @pytest.mark.parametrize("bad", [[math.nan] * 64, [0.0] * 64, [1.0] * 63, "text", None])
@@ -271,14 +312,17 @@ def test_a_raising_query_embedder_warns_once(
     make_store: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
     def broken(text: str) -> list[float]:
-        raise RuntimeError("query side down")
+        raise RuntimeError(f"cannot embed {text!r}")  # a host error quoting the user's words
 
     mem = make_store(embedder=HashEmbedder(), query_embedder=broken)
     fill(mem)
-    with caplog.at_level(logging.WARNING, logger="elastimem"):
+    with caplog.at_level(logging.DEBUG, logger="elastimem"):
         for query in ("greyhound", "Lisbon", "risotto", "greyhound"):
             assert mem.recall(query)
-    assert warnings_about(caplog, "query embedding failed") == 1
+    assert warnings_about(caplog, "query embedding failed (RuntimeError)") == 1
+    # Logs never carry message text: only the exception's type is logged, at any level.
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert not any(word in logged for word in ("greyhound", "Lisbon", "risotto"))
 
 
 # -- model changes and reindex ----------------------------------------------------------------
@@ -309,6 +353,38 @@ def test_vectors_of_another_model_never_affect_results(
     assert mem.stats()["stale_embeddings"] == len(TURNS)
 
 
+def test_a_model_change_between_runs_warns_once_and_reindex_re_embeds(
+    make_store: Factory, store_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first)
+    first.close()
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        mem = make_store(embedder=HashEmbedder(dim=32))
+        mem.record_turn("The greyhound Biscuit loves the beach", "Cute.")
+        assert mem.drain(5)
+        for _ in range(3):
+            hits = mem.recall("greyhound Biscuit", 10)
+            assert hits and all("greyhound" in h.text for h in hits[:2])
+        breakdowns = mem.explain("greyhound Biscuit", 10).chunk_breakdowns
+        # The 64-dim vectors are never mixed in: only the new chunk has a vector score.
+        assert [c.chunk_id for c in breakdowns if c.vector > 0] == [len(TURNS) + 1]
+    assert warnings_about(caplog, "vectors of another embedding model") == 1
+    stats = mem.stats()
+    assert stats["chunks"] == len(TURNS) + 1 and stats["stale_embeddings"] == len(TURNS)
+    assert mem.reindex() == len(TURNS)
+    assert mem.stats()["stale_embeddings"] == 0
+    vectors = {c.chunk_id: c.vector for c in mem.explain("greyhound Biscuit", 10).chunk_breakdowns}
+    assert vectors[1] > 0  # the first turn's chunk, re-embedded by the new model
+    mem.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        again = make_store(embedder=HashEmbedder(dim=32))
+        again.record_turn("One more turn", "Sure.")
+        assert again.drain(5) and again.recall("greyhound Biscuit")
+    assert warnings_about(caplog, "vectors of another embedding model") == 0
+
+
 def test_reindex_re_embeds_stale_chunks_with_progress(
     make_store: Factory, store_path: Path
 ) -> None:
@@ -316,6 +392,10 @@ def test_reindex_re_embeds_stale_chunks_with_progress(
     fill(first, TURNS * 25)  # 150 chunks: three batches
     first.close()
     mem = make_store(embedder=HashEmbedder(dim=32))
+    # Nothing has been embedded by this instance yet, so reindex must learn the new
+    # dimension from the model itself. It once read it from meta (the old model's 64),
+    # found no stale chunk and returned 0, unless the worker happened to embed first.
+    assert mem._embedding.dims == {}
     progress: list[tuple[int, int]] = []
     assert mem.reindex(lambda done, total: progress.append((done, total))) == 150
     assert progress == [(64, 150), (128, 150), (150, 150)]

@@ -20,6 +20,7 @@ usearch is imported on first use only; :func:`usearch_available` tells whether i
 from __future__ import annotations
 
 import logging
+import math
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -39,11 +40,29 @@ logger = logging.getLogger("elastimem")
 #     800 -> 0.991; expansion_add 400 barely helped (0.969 at 400) and cost 2x the build.
 #   connectivity 32, expansion_add 128: build 231 s; width 200 -> 0.978, 400 -> 0.998.
 #   connectivity 32, expansion_add 256: build 330 s; width 200 -> 0.983, 400 -> 1.000.
-# So the graph's degree matters more than its build effort; 32 / 128 / 400 was kept.
-# usearch searches max(expansion_search, count) wide, so EXPANSION_SEARCH is the width.
+# Re-measured (same corpus, 100k, load 5-6, i8), width 200 / 300 / 400 / 600:
+#   connectivity 16, expansion_add 64: build 163 s; 0.855 / 0.922 / 0.952 / 0.978.
+#   connectivity 32, expansion_add 64: build 165 s; 0.933 / 0.970 / 0.986 / 0.996.
+# So the graph's degree matters more than its build effort, and the build time is set by
+# expansion_add, not by the degree.
+# At 1M rows (benchmarks/latency.py --sizes 1000000 --hnsw-ef ..., load 2-4), a 32 / 64
+# graph (built in 2,319 s on 2 cores at load 3-8; 1,016 MB resident, 660 MB snapshot)
+# gave, for the vector leg alone: width 200 -> 0.756 at p50 7.9 ms, 300 -> 0.835 at 11.1,
+# 400 -> 0.880 at 13.9, 600 -> 0.930 at 19.7, 800 -> 0.956 at 25.3 ms (numpy exact:
+# 211 ms). That misses the 0.98-at-10-ms target: recall falls with N at a fixed width far
+# faster than from 10k to 100k. expansion_add is back at 128 (0.998 vs 0.986 at 100k,
+# width 400) since the graph is built once, on the worker, and kept in the file; a 1M
+# build at 128 (~1.4x the time) was not measured yet.
+# usearch searches max(expansion_search, count) wide, so EXPANSION_SEARCH is the width up
+# to WIDTH_REFERENCE_ROWS; past it the width grows with the square root of the size. On
+# the same 1M graph: width 1200 -> 0.988 at p50 38 ms, 1600 -> 0.992 at 47 ms, 2400 ->
+# 0.999 at 66 ms (load 4; numpy exact 211 ms). 400 × sqrt(10) ≈ 1265 at 1M keeps recall@10
+# near its 100k value instead of letting it fall to 0.88: the graph is there to answer
+# like numpy, only sooner.
 CONNECTIVITY = 32
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 400
+WIDTH_REFERENCE_ROWS = 100_000
 # Stored as int8 inside the graph: candidates are re-scored from the float32 matrix anyway,
 # and recall@10 after re-scoring was identical for i8, f16 and f32 (0.9735 at 100k in a
 # first probe), while i8 builds 2x faster than f32 and keeps a 1M-row snapshot (~660 MB at
@@ -91,6 +110,8 @@ class AnnIndex:
         self.gen = gen
         self.seq = seq
         self.saved_size = 0
+        # A fixed search width (benchmarks); None follows search_width(size).
+        self.width: int | None = None
         if index is None:
             index = _index_class()(
                 ndim=dim,
@@ -128,7 +149,12 @@ class AnnIndex:
         count = min(count, self.size)
         if count <= 0:
             return np.zeros(0, dtype=np.int64)
-        matches = self._index.search(np.asarray(query, dtype=np.float32), count)
+        width = self.width or search_width(self.size)
+        if int(self._index.expansion_search) != width:
+            self._index.expansion_search = width
+        # One vector: a single thread. The default (all cores) hands the query to a pool:
+        # p50 1.89 vs 1.42 ms on 20k rows of a busy 2-core machine (load 7).
+        matches = self._index.search(np.asarray(query, dtype=np.float32), count, threads=1)
         return np.asarray(matches.keys, dtype=np.int64).reshape(-1)
 
     def serialized_length(self) -> int:
@@ -148,13 +174,23 @@ class AnnIndex:
         return ann
 
 
+def search_width(size: int) -> int:
+    """How wide to search a graph of ``size`` rows (see EXPANSION_SEARCH)."""
+    if size <= WIDTH_REFERENCE_ROWS:
+        return EXPANSION_SEARCH
+    return int(round(EXPANSION_SEARCH * math.sqrt(size / WIDTH_REFERENCE_ROWS)))
+
+
 def _blocks(
     conn: sqlite3.Connection, label: str, dim: int, after_id: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    # The unary ``+`` keeps SQLite off idx_chunks_embedding: through it, every block would
+    # read and sort all the matching rows (1.5 GB at 1M) to return the next 8192 by id;
+    # the rowid range walks each row once.
     rows = conn.execute(
-        "SELECT id, embedding FROM chunks WHERE embedding_model = ? AND embedding_dim = ? "
-        "AND embedding IS NOT NULL AND id > ? ORDER BY id LIMIT ?",
-        (label, dim, after_id, BUILD_BLOCK_ROWS),
+        "SELECT id, embedding FROM chunks WHERE id > ? AND +embedding_model = ? "
+        "AND +embedding_dim = ? AND embedding IS NOT NULL ORDER BY id LIMIT ?",
+        (after_id, label, dim, BUILD_BLOCK_ROWS),
     ).fetchall()
     if rows:
         ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))

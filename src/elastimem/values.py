@@ -50,6 +50,9 @@ class ChunkScoreBreakdown:
     graph_nudge: float
     graph_matched_names: tuple[str, ...]
     total: float
+    # The neighbouring-exchange term, already counted inside ``fused_relevance``; last and
+    # defaulted so positional construction from before it existed keeps working.
+    neighbour: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -171,16 +171,21 @@ class EmbeddingSource:
         self.dims.setdefault(label, dim)
 
     def warn_query_failure(self, exc: BaseException) -> None:
-        """The query encoder raised: keyword results only; warn once per instance."""
+        """The query encoder raised: keyword results only; warn once per instance.
+
+        Only the exception's type is logged: a host callable's message may quote the query
+        (user text), and logs never carry message text.
+        """
+        kind = type(exc).__name__
         if not self._query_warned:
             self._query_warned = True
             logger.warning(
-                "the query embedding failed, so recall uses keyword results "
-                "(further failures are logged at debug level): %s",
-                exc,
+                "the query embedding failed (%s), so recall uses keyword results "
+                "(further failures are logged at debug level)",
+                kind,
             )
         else:
-            logger.debug("the query embedding failed: %s", exc)
+            logger.debug("the query embedding failed (%s)", kind)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -319,6 +324,7 @@ class VectorIndex:
         self._ann_building = False
         self._ann_failed: set[tuple[str, int]] = set()
         self._snapshot_tried: set[tuple[str, int, int]] = set()
+        self._stale_checked: set[tuple[str, int]] = set()
         self._reset(None, None)
 
     def set_config(self, config: ElastimemConfig) -> None:
@@ -382,11 +388,13 @@ class VectorIndex:
 
     def _sync(self, conn: sqlite3.Connection, label: str, dim: int, gen: int, seq: int) -> None:
         if label != self._label or dim != self._dim or gen != self._gen:
+            self._warn_if_other_models(conn, label, dim)
             self._reset(label, dim)
+            # Counted on idx_chunks_embedding alone (a model is only ever written with its
+            # vector); at worst it over-reserves a few rows.
             total = int(
                 conn.execute(
-                    "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ? "
-                    "AND embedding IS NOT NULL",
+                    "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?",
                     (label, dim),
                 ).fetchone()[0]
             )
@@ -396,6 +404,36 @@ class VectorIndex:
         elif seq > self._seq:
             self._load_rows(conn, label, dim, after_seq=self._seq)
             self._seq = seq
+
+    def _warn_if_other_models(self, conn: sqlite3.Connection, label: str, dim: int) -> None:
+        """Warn once per active ``(label, dim)`` when vectors of another model are stored.
+
+        They are never mixed in (every query filters on label and dimension), so recall
+        silently loses their chunks' vector leg until ``reindex()``: say so. Three range
+        probes on ``idx_chunks_embedding``, not a scan, so it stays cheap at 1M rows.
+        """
+        if (label, dim) in self._stale_checked:
+            return
+        self._stale_checked.add((label, dim))
+        probes = (
+            ("embedding_model < ?", (label,)),
+            ("embedding_model > ?", (label,)),
+            ("embedding_model = ? AND embedding_dim IS NOT ?", (label, dim)),
+        )
+        for where, params in probes:
+            sql = f"SELECT embedding_model, embedding_dim FROM chunks WHERE {where} LIMIT 1"
+            row = conn.execute(sql, params).fetchone()
+            if row is not None:
+                logger.warning(
+                    "this store holds vectors of another embedding model (%s, dim %s); the "
+                    "vector leg uses only %s (dim %d) and ignores them: run reindex() to "
+                    "re-embed those chunks",
+                    row[0],
+                    row[1],
+                    label,
+                    dim,
+                )
+                return
 
     def _reserve(self, rows: int) -> None:
         if rows <= self._matrix.shape[0]:
@@ -408,15 +446,24 @@ class VectorIndex:
     def _load_rows(
         self, conn: sqlite3.Connection, label: str, dim: int, after_seq: int | None
     ) -> None:
-        sql = (
-            "SELECT id, session_id, created_at, embedding FROM chunks "
-            "WHERE embedding_model = ? AND embedding_dim = ? AND embedding IS NOT NULL"
-        )
         params: list[object] = [label, dim]
-        if after_seq is not None:
-            sql += " AND embed_seq > ?"
+        if after_seq is None:
+            # A full load walks the table in rowid order (the unary ``+`` keeps SQLite off
+            # idx_chunks_embedding, through which it would sort every row, blobs included,
+            # in a temporary B-tree: 1.5 GB at 1M rows).
+            sql = (
+                "SELECT id, session_id, created_at, embedding FROM chunks "
+                "WHERE +embedding_model = ? AND +embedding_dim = ? AND embedding IS NOT NULL "
+                "ORDER BY id"
+            )
+        else:
+            sql = (
+                "SELECT id, session_id, created_at, embedding FROM chunks "
+                "WHERE embedding_model = ? AND embedding_dim = ? AND embedding IS NOT NULL "
+                "AND embed_seq > ? ORDER BY id"
+            )
             params.append(after_seq)
-        cursor = conn.execute(sql + " ORDER BY id", params)
+        cursor = conn.execute(sql, params)
         while True:
             rows = cursor.fetchmany(STREAM_BLOCK_ROWS)
             if not rows:
@@ -489,6 +536,7 @@ class VectorIndex:
             return []
         with self._lock:
             if self._streaming:
+                self._warn_if_other_models(conn, label, dim)
                 return _search_streaming(conn, query, label, dim, filters, n)
             gen, seq = _counters(conn)
             if self._wants_ann(conn, label, dim, gen, seq):
