@@ -21,7 +21,7 @@ from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
 from .errors import EmbedderError
 from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
-from .gate import GateDeferred, GateDenied, LLMGate, Watchdog
+from .gate import CallTimeout, GateDeferred, GateDenied, LLMGate, Watchdog
 from .governor import MemoryProfile
 from .keyword_index import KeywordIndexes
 from .prompts import (
@@ -221,11 +221,20 @@ def run_embed(services: Services, job: jobs.Job) -> None:
         texts = passage_texts(conn, rows)
     for start in range(0, len(rows), EMBED_BATCH):
         batch = rows[start : start + EMBED_BATCH]
-        matrix = services.passage_watchdog.call(
-            EMBED_CALL_TIMEOUT_SECONDS,
-            services.embedding.embed_passages,
-            texts[start : start + EMBED_BATCH],
-        )
+        try:
+            matrix = services.passage_watchdog.call(
+                EMBED_CALL_TIMEOUT_SECONDS,
+                services.embedding.embed_passages,
+                texts[start : start + EMBED_BATCH],
+            )
+        except CallTimeout:
+            raise
+        except Exception as exc:
+            if services.embedding.host_embed is not None:
+                # EmbeddingSource counts the host embedder's failures and warns once when
+                # it gives up; a warning per job attempt would repeat it.
+                raise jobs.ReportedFailure(type(exc).__name__) from exc
+            raise
         with services.db.atomic() as conn:
             write_vectors(conn, [int(r[0]) for r in batch], matrix, label)
         services.embedding.record_dim(label, int(matrix.shape[1]))

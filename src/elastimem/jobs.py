@@ -37,6 +37,12 @@ class JobDeferred(Exception):
     """Put the job back to ``queued`` without counting an attempt (foreground, closing)."""
 
 
+class ReportedFailure(Exception):
+    """A failed attempt whose cause the user was already told about (the host embedder's
+    give-up warning): it counts an attempt like any failure, and the worker logs it at debug
+    level instead of warning once more per attempt. Raised ``from`` the cause."""
+
+
 class JobHeld(Exception):
     """Put an extract job back to ``held`` (LITE with the session-end opt-in)."""
 

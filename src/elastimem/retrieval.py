@@ -27,7 +27,7 @@ import functools
 import logging
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -214,13 +214,7 @@ class Ranking:
         )
 
 
-# ChunkScoreBreakdown gains a ``neighbour`` field (the neighbour term inside
-# fused_relevance) when values.py has it; until then it is folded in silently.
-_BREAKDOWN_HAS_NEIGHBOUR = "neighbour" in {f.name for f in fields(ChunkScoreBreakdown)}
-
-
 def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
-    extra: dict[str, float] = {"neighbour": c.neighbour} if _BREAKDOWN_HAS_NEIGHBOUR else {}
     return ChunkScoreBreakdown(
         chunk_id=c.id,
         fts=c.fts,
@@ -231,7 +225,7 @@ def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
         graph_nudge=c.graph_nudge,
         graph_matched_names=c.names,
         total=c.total,
-        **extra,
+        neighbour=c.neighbour,
     )
 
 

@@ -159,14 +159,17 @@ class Worker:
             outcome = "held"
         except Exception as exc:
             outcome = "failed"
-            error = f"{type(exc).__name__}: {exc}"
+            reported = isinstance(exc, jobs.ReportedFailure)
+            cause = exc.__cause__ if reported and exc.__cause__ is not None else exc
+            error = f"{type(cause).__name__}: {cause}"
             # Only the type goes to the log: the host's LLM or embedder may quote its input
             # (the user's words) in the message. The full text stays in jobs.last_error.
-            logger.warning(
+            logger.log(
+                logging.DEBUG if reported else logging.WARNING,
                 "background %s job %d failed (%s); its error is kept in jobs.last_error",
                 job.kind,
                 job.id,
-                type(exc).__name__,
+                type(cause).__name__,
             )
         try:
             with self._db.atomic() as conn:
