@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import textwrap
 import threading
 import types
 import zlib
@@ -725,3 +726,28 @@ def test_real_vectors_carry_meaning(real_embedder: BuiltinEmbedder) -> None:
     assert float(puppy @ dog) > float(puppy @ tax) + 0.2
     query = real_embedder.embed_query("what pet do I have?")
     assert float(query @ dog) > float(query @ tax)
+
+
+@pytest.mark.embedder
+@pytest.mark.slow  # loads the real model twice, in child processes
+@pytest.mark.parametrize(("host_threads", "expected"), [(None, 1), (2, 2)])
+def test_torch_runs_on_one_thread_unless_the_host_brought_torch(
+    host_threads: int | None, expected: int
+) -> None:
+    _require_embed_extra()
+    script = textwrap.dedent(
+        f"""
+        import sys
+        if {host_threads!r} is not None:
+            import torch
+            torch.set_num_threads({host_threads!r})
+        from elastimem.embedders import BuiltinEmbedder
+        assert BuiltinEmbedder().load()
+        import torch
+        print(torch.get_num_threads())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip().splitlines()[-1] == str(expected)

