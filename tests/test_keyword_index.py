@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import sqlite3
@@ -18,6 +19,9 @@ import elastimem
 from elastimem import keyword_index
 from elastimem.keyword_index import FACTS, KeywordIndex
 from elastimem.text import fts_match_expression, query_terms
+
+# The facts' table as the index mirrors it from the first row (it waits for 16k by default).
+SMALL_FACTS = dataclasses.replace(FACTS, min_rows=0)
 
 WORDS = (
     "run running runs runner lighthouse keeper café cafe naïve garden tomato tomatoes "
@@ -284,7 +288,8 @@ def test_facts_rank_as_fts5_ranks_their_live_versions(
     rng = random.Random(8)
     for i in range(150):
         mem.remember(f"{rng.choice(WORDS)}_{rng.choice(WORDS)}_{i % 40}", sentence(rng))
-    index = KeywordIndex(FACTS)
+    assert KeywordIndex(FACTS).top(sqlite3.connect(store_path), ["garden"], 5) is None  # small
+    index = KeywordIndex(SMALL_FACTS)
     for round_ in range(2):
         with snapshot(store_path) as conn:
             live = [r[0] for r in conn.execute(
@@ -299,8 +304,11 @@ def test_facts_rank_as_fts5_ranks_their_live_versions(
 
 
 def test_recall_ranks_facts_alike_with_and_without_the_index(
-    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+    make_store: Callable[..., elastimem.Elastimem],
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(keyword_index, "FACTS", SMALL_FACTS)
     mem = make_store()
     rng = random.Random(12)
     for i in range(120):
