@@ -93,6 +93,7 @@ TIMELINE_HOPS = 1
 # Name-index cache: one entry per (store, generation); a process rarely has more stores open.
 _INDEX_CACHE_SIZE = 8
 _PARAM_BATCH = 500
+CURRENT_CHECK_MIN_CANDIDATES = 64
 
 
 # -- names ----------------------------------------------------------------------------------
@@ -495,6 +496,20 @@ class _FactIndex:
 _fact_indexes: OrderedDict[tuple[object, ...], _FactIndex] = OrderedDict()
 
 
+def _current_only(conn: sqlite3.Connection, ids: set[int]) -> set[int]:
+    """``ids`` without superseded versions, when there are many of them.
+
+    The fact index holds every version, and a long history makes a name's candidates
+    thousands of old rows; the current ids come from the partial index on live keys (a few
+    hundred, without reading the table). A handful of candidates is cheaper to read as is:
+    the caller's filters drop old versions anyway.
+    """
+    if len(ids) <= CURRENT_CHECK_MIN_CANDIDATES:
+        return ids
+    current = {r[0] for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")}
+    return ids & current
+
+
 def _fact_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _FactIndex:
     """The fact index of this store (``identity`` when the caller knows it), brought up to
     date with the newest fact row."""
@@ -828,18 +843,17 @@ class Signal:
         tried as it stands first, the store's newest fact read by the same statement as the
         candidates; only when a fact was added since is it brought up to date and asked again.
         """
-        # The index holds every version; only current ones can pass the filters. Their ids
-        # come from the partial index on live keys (a few hundred, without reading the
-        # table), so the candidates stay few however long the facts' history grows.
-        current = {r[0] for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")}
         with _index_lock:
             known = _fact_indexes.get(self._identity) if self._identity else None
         if known is not None and known.top is not None:
-            found = self._lifted(conn, filters, known.candidates(self._firsts) & current, known.top)
+            ids = _current_only(conn, known.candidates(self._firsts))
+            found = self._lifted(conn, filters, ids, known.top)
             if found is not None:
                 return found
         index = _fact_index(conn, self._identity)
-        return self._lifted(conn, filters, index.candidates(self._firsts) & current) or {}
+        return (
+            self._lifted(conn, filters, _current_only(conn, index.candidates(self._firsts))) or {}
+        )
 
     def _lifted(
         self,
