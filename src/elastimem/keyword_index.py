@@ -122,9 +122,14 @@ class _Tokenizer:
         self._conn.execute("INSERT INTO tok(tok) VALUES ('delete-all')")
         return [(doc_id, counts[doc_id], sum(counts[doc_id].values())) for doc_id, _ in rows]
 
-    def tokens(self, text: str) -> list[str]:
-        self._conn.execute("INSERT INTO tok(rowid, text) VALUES (1, ?)", (text,))
-        out = [str(r[0]) for r in self._conn.execute("SELECT term FROM tok_vocab ORDER BY offset")]
+    def tokens(self, texts: list[str]) -> list[list[str]]:
+        """The tokens of each text, in order: one round trip for all of them."""
+        self._conn.executemany(
+            "INSERT INTO tok(rowid, text) VALUES (?, ?)", list(enumerate(texts, start=1))
+        )
+        out: list[list[str]] = [[] for _ in texts]
+        for term, doc in self._conn.execute("SELECT term, doc FROM tok_vocab ORDER BY doc, offset"):
+            out[int(doc) - 1].append(str(term))
         self._conn.execute("INSERT INTO tok(tok) VALUES ('delete-all')")
         return out
 
@@ -178,7 +183,7 @@ class KeywordIndex:
                     return None
                 if not self._sync(conn, averages):
                     return None
-                tokens = [self._token(t) for t in terms]
+                tokens = self._tokens(terms)
                 if any(t is None for t in tokens):
                     return None
                 return self._score(conn, [t for t in tokens if t], limit, exclude, only)
@@ -279,37 +284,48 @@ class KeywordIndex:
 
     # -- terms and postings -------------------------------------------------------------------
 
-    def _token(self, term: str) -> str | None:
-        """The one token FTS5 makes of ``term``; None if it makes several (a phrase)."""
-        if term in self._term_tokens:
-            self._term_tokens.move_to_end(term)
-            return self._term_tokens[term]
-        tokens = self._tokenizer.tokens(term)
-        token = tokens[0] if len(tokens) == 1 else (None if tokens else "")
-        self._term_tokens[term] = token
+    def _tokens(self, terms: list[str]) -> list[str | None]:
+        """The one token FTS5 makes of each term; None where it makes several (a phrase)."""
+        new = [t for t in dict.fromkeys(terms) if t not in self._term_tokens]
+        for term, tokens in zip(new, self._tokenizer.tokens(new) if new else [], strict=True):
+            self._term_tokens[term] = tokens[0] if len(tokens) == 1 else (None if tokens else "")
         while len(self._term_tokens) > TERM_CACHE:
             self._term_tokens.popitem(last=False)
-        return token
+        for term in terms:
+            self._term_tokens.move_to_end(term)
+        return [self._term_tokens[t] for t in terms]
 
-    def _postings_of(self, conn: sqlite3.Connection, token: str) -> _Postings:
-        cached = self._postings.get(token)
-        if cached is not None:
-            self._postings.move_to_end(token)
-            return cached.merged()
+    def _postings_for(self, conn: sqlite3.Connection, tokens: list[str]) -> dict[str, _Postings]:
+        """Each token's postings: cached, or read (all the missing ones in one statement)."""
+        found: dict[str, _Postings] = {}
+        for token in tokens:
+            cached = self._postings.get(token)
+            if cached is not None:
+                self._postings.move_to_end(token)
+                found[token] = cached.merged()
+        missing = [t for t in dict.fromkeys(tokens) if t not in found]
+        if not missing:
+            return found
         _ensure_vocab(conn, self._vocab, self.table.name)
-        rows = conn.execute(
-            f"SELECT doc, count(*) FROM {self._vocab} WHERE term = ? GROUP BY doc", (token,)
-        ).fetchall()
-        data = np.array(rows, dtype=np.int64).reshape(-1, 2)
-        postings = _Postings(data[:, 0].copy(), data[:, 1].astype(np.float64))
+        rows: dict[str, list[tuple[int, int]]] = {t: [] for t in missing}
+        for term, doc, n in conn.execute(
+            f"SELECT term, doc, count(*) FROM {self._vocab} "
+            f"WHERE term IN ({','.join('?' * len(missing))}) GROUP BY term, doc",
+            missing,
+        ):
+            rows[str(term)].append((int(doc), int(n)))
         cap = max(MIN_POSTINGS_CAP, 4 * self._rows)
-        if postings.size <= cap:
-            self._postings[token] = postings
-            self._cached_entries += postings.size
-            while self._cached_entries > cap and len(self._postings) > 1:
-                _, evicted = self._postings.popitem(last=False)
-                self._cached_entries -= evicted.size
-        return postings
+        for token in missing:
+            data = np.array(rows[token], dtype=np.int64).reshape(-1, 2)
+            postings = _Postings(data[:, 0].copy(), data[:, 1].astype(np.float64))
+            found[token] = postings
+            if postings.size <= cap:
+                self._postings[token] = postings
+                self._cached_entries += postings.size
+        while self._cached_entries > cap and len(self._postings) > 1:
+            _, evicted = self._postings.popitem(last=False)
+            self._cached_entries -= evicted.size
+        return found
 
     # -- scoring ------------------------------------------------------------------------------
 
@@ -327,8 +343,9 @@ class KeywordIndex:
         avgdl = self._total_tokens / n_rows
         id_parts: list[np.ndarray] = []
         score_parts: list[np.ndarray] = []
+        all_postings = self._postings_for(conn, tokens)
         for token in tokens:  # one FTS5 phrase per term, so a repeated stem counts twice
-            postings = self._postings_of(conn, token)
+            postings = all_postings[token]
             df = len(postings.ids)
             if df == 0:
                 continue
