@@ -296,7 +296,9 @@ class KeywordIndex:
         return [self._term_tokens[t] for t in terms]
 
     def _postings_for(self, conn: sqlite3.Connection, tokens: list[str]) -> dict[str, _Postings]:
-        """Each token's postings: cached, or read (all the missing ones in one statement)."""
+        """Each token's postings: cached, or read from the index, one statement per token
+        (rows for one term come in doc order, so SQLite groups them without sorting; an IN
+        over several terms sorted every instance: 3 s -> 8 s on a 10 MB message's chunks)."""
         found: dict[str, _Postings] = {}
         for token in tokens:
             cached = self._postings.get(token)
@@ -307,16 +309,12 @@ class KeywordIndex:
         if not missing:
             return found
         _ensure_vocab(conn, self._vocab, self.table.name)
-        rows: dict[str, list[tuple[int, int]]] = {t: [] for t in missing}
-        for term, doc, n in conn.execute(
-            f"SELECT term, doc, count(*) FROM {self._vocab} "
-            f"WHERE term IN ({','.join('?' * len(missing))}) GROUP BY term, doc",
-            missing,
-        ):
-            rows[str(term)].append((int(doc), int(n)))
         cap = max(MIN_POSTINGS_CAP, 4 * self._rows)
         for token in missing:
-            data = np.array(rows[token], dtype=np.int64).reshape(-1, 2)
+            rows = conn.execute(
+                f"SELECT doc, count(*) FROM {self._vocab} WHERE term = ? GROUP BY doc", (token,)
+            ).fetchall()
+            data = np.array(rows, dtype=np.int64).reshape(-1, 2)
             postings = _Postings(data[:, 0].copy(), data[:, 1].astype(np.float64))
             found[token] = postings
             if postings.size <= cap:
