@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from . import semantic
 from .clock import age_days, now_ts, recency, ts_minus, utcnow
 from .db import bump_meta
 from .gate import GateDeferred, GateDenied
@@ -506,8 +507,7 @@ def _current_only(conn: sqlite3.Connection, ids: set[int]) -> set[int]:
     """
     if len(ids) <= CURRENT_CHECK_MIN_CANDIDATES:
         return ids
-    current = {r[0] for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")}
-    return ids & current
+    return ids & set(semantic.current_fact_ids(conn))
 
 
 def _fact_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _FactIndex:

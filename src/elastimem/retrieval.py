@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from . import semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from .keyword_index import KeywordIndex, KeywordIndexes
 from .text import em_fold, fts_match_expression
@@ -409,7 +410,7 @@ def _live_fact_top(
     """The index's best ``limit`` live facts: current versions (a few hundred ids, read from
     the partial index on live keys without touching the table), then archived ones dropped
     from the few candidates, asking for more in the rare case that leaves too few."""
-    current = [r[0] for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")]
+    current = semantic.current_fact_ids(conn)
     want = 2 * limit
     while True:
         best = index.top(conn, terms, want, only=current)

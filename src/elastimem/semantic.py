@@ -157,6 +157,13 @@ def live_facts(conn: sqlite3.Connection) -> list[Fact]:
     return [row_to_fact(r) for r in rows]
 
 
+def current_fact_ids(conn: sqlite3.Connection) -> list[int]:
+    """Ids of the current version of every key (archived ones included), read from the
+    partial index on live keys without touching the table: a few hundred ids however long
+    the facts' history grows."""
+    return [int(r[0]) for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")]
+
+
 def live_fact_rows(conn: sqlite3.Connection) -> list[tuple[int, str, str, str, float, str]]:
     """``live_facts`` as (id, key, value, category, importance, valid_from) tuples: what
     build_context reads on every turn, without building a Fact per row."""
