@@ -10,6 +10,7 @@ import hashlib
 import math
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,13 @@ def mem(make_store: Callable[..., elastimem.Elastimem]) -> elastimem.Elastimem:
 @pytest.fixture
 def memory_store(make_store: Callable[..., elastimem.Elastimem]) -> elastimem.Elastimem:
     return make_store(":memory:")
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 5.0) -> bool:
+    """Poll ``condition`` until it is true or ``seconds`` pass; its last truth value."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return bool(condition())

@@ -323,3 +323,148 @@ def test_recall_ranks_facts_alike_with_and_without_the_index(
         small = [(h.id, round(h.score, 9)) for h in lite.recall(question, k=8, kinds=["fact"])]
         assert full == small
     assert shown and all(i % 3 != 0 for i in shown)
+
+
+# -- preloading every posting -------------------------------------------------------------------
+
+
+def test_a_preloaded_index_ranks_as_fts5_without_reading_terms(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        index.prime(conn)
+    assert index.preloaded and not index.wants_preload
+    # Every term now comes from the preloaded arrays: reading one from SQL would fail.
+    monkeypatch.setattr(keyword_index, "_ensure_vocab", _fail)
+    with snapshot(store_path) as conn:
+        for terms in [*queries(random.Random(11), 40), ["zzzunknown"], ["running", "runs"]]:
+            for limit in (5, 50):
+                assert_same_ranking(
+                    index.top(conn, terms, limit) or [], fts5_top(conn, terms, limit)
+                )
+
+
+def test_rows_appended_after_a_preload_are_scored(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        index.prime(conn)
+    monkeypatch.setattr(keyword_index, "_ensure_vocab", _fail)
+    # Terms cached before the appends and terms first asked after them, a brand-new word too.
+    terms = ["garden", "tomato", "quokka"]
+    with snapshot(store_path) as conn:
+        index.top(conn, ["garden"], 5)
+    for round_ in range(4):
+        filled.record_turn(f"garden tomato quokka {round_}", "tomato")
+        with snapshot(store_path) as conn:
+            assert_same_ranking(index.top(conn, terms, 50) or [], fts5_top(conn, terms, 50))
+    assert index.preloaded
+
+
+def prime_while(
+    index: KeywordIndex,
+    store_path: Path,
+    meanwhile: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``index.prime`` with ``meanwhile`` run after it read the postings, before it installs
+    them (what a turn or an erase on another thread can do)."""
+    real_read = keyword_index._read_all_postings
+
+    def read_then(conn: sqlite3.Connection, vocab: str) -> object:
+        preloaded = real_read(conn, vocab)  # from the prime's (older) snapshot
+        meanwhile()
+        return preloaded
+
+    monkeypatch.setattr(keyword_index, "_read_all_postings", read_then)
+    with snapshot(store_path) as conn:
+        index.prime(conn)
+    monkeypatch.setattr(keyword_index, "_read_all_postings", real_read)
+
+
+def test_rows_appended_while_the_preload_is_read_are_caught_up(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = KeywordIndex()
+
+    def append() -> None:
+        filled.record_turn("walrus walrus garden", "late arrival")
+        with snapshot(store_path) as newer:
+            index.top(newer, ["berlin"], 5)  # a query appends the new row meanwhile
+
+    prime_while(index, store_path, append, monkeypatch)
+    assert index.preloaded
+    filled.record_turn("walrus again", "garden")  # and one more after the install
+    with snapshot(store_path) as conn:
+        for terms in (["walrus"], ["walrus", "garden"], ["arrival"]):
+            assert_same_ranking(index.top(conn, terms, 20) or [], fts5_top(conn, terms, 20))
+
+
+def test_a_preload_over_a_changed_table_is_dropped_and_asked_again(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+
+    def erase() -> None:
+        filled.erase(session_id=session)
+        with snapshot(store_path) as newer:
+            index.top(newer, ["garden"], 5)  # sees the erase: the cache is reset
+
+    prime_while(index, store_path, erase, monkeypatch)
+    assert not index.preloaded and index.wants_preload
+    with snapshot(store_path) as conn:
+        assert_same_ranking(index.top(conn, ["garden"], 50) or [], fts5_top(conn, ["garden"], 50))
+        index.prime(conn)
+    assert index.preloaded
+
+
+def test_tables_over_the_limit_are_not_preloaded(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyword_index, "PRELOAD_MAX_POSTINGS", 10)
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        index.prime(conn)
+        assert not index.preloaded and not index.wants_preload
+        assert_same_ranking(index.top(conn, ["garden"], 50) or [], fts5_top(conn, ["garden"], 50))
+
+
+def test_too_many_appended_postings_drop_the_preload(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyword_index, "PRELOAD_MAX_RECENT", 20)
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        index.prime(conn)
+    assert index.preloaded
+    for i in range(5):
+        filled.record_turn(f"garden tomato walrus lighthouse {i}", "berlin paris cafe")
+    with snapshot(store_path) as conn:
+        assert_same_ranking(index.top(conn, ["walrus"], 50) or [], fts5_top(conn, ["walrus"], 50))
+    assert not index.preloaded and index.wants_preload
+
+
+def test_the_first_recall_has_the_worker_preload_the_store(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    mem = make_store(tier_override="standard")
+    for i in range(30):
+        mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
+    index = mem._services.keyword.chunks
+    assert not index.preloaded
+    assert mem.recall("lighthouse keeper")
+    deadline = time.monotonic() + 10
+    while not index.preloaded and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert index.preloaded
+    assert [h.id for h in mem.recall("lighthouse keeper", k=30)] == [
+        h.id for h in mem.recall("lighthouse keeper", k=30)
+    ]
+
+
+def _fail(*_args: object) -> None:
+    raise AssertionError("postings were read from SQL")

@@ -171,3 +171,58 @@ def test_recall_survives_a_broken_store_connection(seeded: elastimem.Elastimem) 
         conn.execute("DROP TABLE chunks_fts")
     assert seeded.recall("cello", kinds=["chunk"]) == []  # the leg fails, recall does not
     assert seeded.recall("cello", kinds=["fact"])
+
+
+def test_only_adjacent_exchanges_of_one_session_lift_each_other(
+    mem: elastimem.Elastimem,
+) -> None:
+    """The neighbour term (§5.6 refinement): a candidate gains W_NEIGHBOUR × the fused
+    relevance of the chunk right before or after it in its session, when that is a
+    candidate too; a chunk in between, or a session boundary, breaks the pair."""
+    mem.begin_session(at="2024-01-10")
+    texts = {
+        "first": "The walrus mosaic is drying",
+        "gap": "Walrus mosaic tiles arrived",
+        "pair": "Grouting the walrus mosaic",
+        "other": "A walrus mosaic in the next session",
+    }
+    for user in (texts["first"], "Nothing related at all", texts["gap"], texts["pair"]):
+        mem.record_turn(user, "ok", at="2024-01-10")
+    mem.begin_session(at="2024-01-11")
+    mem.record_turn(texts["other"], "ok", at="2024-01-11")
+    mem.end_session()
+    ids = {}
+    with mem._db.read() as conn:
+        for name, user in texts.items():
+            row = conn.execute("SELECT id FROM chunks WHERE instr(text, ?) > 0", (user,))
+            ids[row.fetchone()[0]] = name
+    result = mem.explain("walrus mosaic", k=10)
+    by_name = {ids[c.chunk_id]: c for c in result.chunk_breakdowns if c.chunk_id in ids}
+    assert set(by_name) == {"first", "gap", "pair", "other"}
+    weight = elastimem.retrieval.DEFAULT_WEIGHTS.neighbour
+    legs = {name: c.fused_relevance - c.neighbour for name, c in by_name.items()}
+    assert by_name["first"].neighbour == 0.0  # "gap" is two exchanges away
+    assert by_name["other"].neighbour == 0.0  # "pair" ends the previous session
+    assert by_name["gap"].neighbour == pytest.approx(weight * legs["pair"])
+    assert by_name["pair"].neighbour == pytest.approx(weight * legs["gap"])
+
+
+def test_neighbours_are_found_across_interleaved_sessions(
+    make_store: Any,
+) -> None:
+    """Two stores writing one file interleave their chunk ids: exchanges of one session
+    are still neighbours when only the other session's chunks lie between them."""
+    mem, other = make_store(), make_store()
+    mem.begin_session(at="2024-01-10")
+    other.begin_session(at="2024-01-10")
+    mem.record_turn("The walrus mosaic is drying", "ok", at="2024-01-10")
+    other.record_turn("Unrelated chatter about tea", "ok", at="2024-01-10")
+    mem.record_turn("Walrus mosaic tiles arrived", "ok", at="2024-01-10")
+    result = mem.explain("walrus mosaic", k=5)
+    walrus = [c for c in result.chunk_breakdowns if c.fused_relevance > 0]
+    assert len(walrus) == 2
+    weight = elastimem.retrieval.DEFAULT_WEIGHTS.neighbour
+    first, second = sorted(walrus, key=lambda c: c.chunk_id)
+    assert second.chunk_id - first.chunk_id == 2
+    assert first.neighbour == pytest.approx(weight * (second.fused_relevance - second.neighbour))
+    assert second.neighbour == pytest.approx(weight * (first.fused_relevance - first.neighbour))

@@ -79,6 +79,12 @@ class Services:
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
     keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
 
+    def close(self) -> None:
+        """Free what outlives a call: cached postings and the idle helper threads."""
+        self.keyword.close()
+        for watchdog in (self.passage_watchdog, self.query_watchdog, self.gate.watchdog):
+            watchdog.close()
+
     def ask(self, kind: str, prompt: str, *, max_tokens: int, phase: str = "turn") -> str:
         """One LLM call through the gate; ``GateDeferred`` / ``GateDenied`` propagate."""
         return self.gate.call(
@@ -352,12 +358,15 @@ def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout:
 
 
 def _prime_keywords(services: Services, index: KeywordIndexes) -> None:
-    """Read the chunk lengths now rather than in the first recall (a second at 1M chunks)."""
+    """Read the chunk lengths now rather than in the first recall (a second at 1M chunks),
+    and the postings of a small enough store (keyword_index.PRELOAD_MAX_POSTINGS)."""
     try:
         with services.db.read() as conn:
             index.prime(conn)
     except Exception as exc:  # only a head start: the first query loads them anyway
         logger.debug("priming the keyword index failed: %s", type(exc).__name__)
+    finally:
+        index.prime_requested = False
 
 
 def _warm_up_embedder(
@@ -391,8 +400,23 @@ def _prime_vectors(services: Services, worker: Worker) -> None:
 
 def keyword_index(services: Services, profile: MemoryProfile) -> KeywordIndexes | None:
     """The cached-postings BM25 of keyword_index, except at LITE, where its memory (a few
-    bytes per chunk, twelve per cached posting) goes unspent and FTS5 ranks by itself."""
-    return None if profile.tier is Tier.LITE else services.keyword
+    bytes per chunk, twelve per cached posting) goes unspent and FTS5 ranks by itself.
+
+    When the index would preload its postings (first use, or after a change it could
+    not follow), the worker is asked to, once: this query reads its terms meanwhile."""
+    if profile.tier is Tier.LITE:
+        return None
+    index = services.keyword
+    worker = services.worker
+    if (
+        worker is not None
+        and not index.prime_requested
+        and index.wants_preload
+        and services.db.fts_enabled
+    ):
+        index.prime_requested = True
+        worker.submit(lambda: _prime_keywords(services, index))
+    return index
 
 
 def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:

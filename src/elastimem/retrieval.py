@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
@@ -461,10 +461,8 @@ def rank(
     if "chunk" in kinds:
         chunk_index = keyword_index.chunks if keyword_index is not None else None
         legs = _ChunkLegs(fts_enabled, vector_leg, graph, chunk_index)
-        chunks = _rank_chunks(conn, terms, filters, legs, chunk_half_life, weights, now)
-        # Only the best k chunks can be hits or explained: read just their text.
-        chunks.sort(key=lambda c: (-c.total, -c.id))
-        _fill_texts(conn, chunks[:k])
+        chunks = _rank_chunks(conn, terms, filters, legs, chunk_half_life, weights, now, k)
+        _fill_chunk_rows(conn, chunks)
         candidates.extend(chunks)
     if "fact" in kinds:
         fact_index = keyword_index.facts if keyword_index is not None else None
@@ -478,15 +476,22 @@ def rank(
     return Ranking(hits, chunks, facts)
 
 
-def _fill_texts(conn: sqlite3.Connection, chunks: list[_Candidate]) -> None:
+def _fill_chunk_rows(conn: sqlite3.Connection, chunks: list[_Candidate]) -> None:
+    """The text and message span of the few chunks that can be hits."""
     if not chunks:
         return
     ids = [c.id for c in chunks]
-    texts = dict(
-        conn.execute(f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(ids))})", ids)
-    )
+    rows = {
+        row[0]: row[1:]
+        for row in conn.execute(
+            "SELECT id, text, first_msg_id, last_msg_id FROM chunks "
+            f"WHERE id IN ({','.join('?' * len(ids))})",
+            ids,
+        )
+    }
     for c in chunks:
-        c.text = str(texts.get(c.id, ""))
+        text, c.first_msg_id, c.last_msg_id = rows.get(c.id, ("", None, None))
+        c.text = str(text)
 
 
 @dataclass(frozen=True)
@@ -507,7 +512,9 @@ def _rank_chunks(
     half_life: float,
     weights: Weights,
     now: datetime,
+    k: int,
 ) -> list[_Candidate]:
+    """The best ``k`` chunk candidates, best first (only they can be hits or explained)."""
     vector_leg, graph = legs.vector_leg, legs.graph
     if legs.fts_enabled:
         keyword = chunk_fts_leg(conn, terms, filters, FTS_CANDIDATES, index=legs.keyword_index)
@@ -536,63 +543,113 @@ def _rank_chunks(
             graph_scores = {}
     if not ids:
         return []
-    rows = _fetch_chunks(conn, sorted(ids))
-    out: list[_Candidate] = []
     fused: dict[int, float] = {}
-    neighbours: dict[int, tuple[int | None, int | None]] = {}
-    for row in rows:
-        cid = int(row[0])
-        s_fts = keyword.get(cid, 0.0)
-        s_vec = vector.get(cid, 0.0)
-        relevance = (weights.fts * s_fts + weights.vec * s_vec) / weight_sum
-        g, names = graph_scores.get(cid, (0.0, ()))
-        if relevance <= 0 and g <= 0:
+    kept: list[tuple[int, int, str, float]] = []  # (id, session, created_at, importance)
+    for cid, session_id, created_at, importance in _fetch_chunks(conn, sorted(ids)):
+        relevance = (
+            weights.fts * keyword.get(cid, 0.0) + weights.vec * vector.get(cid, 0.0)
+        ) / weight_sum
+        if relevance <= 0 and graph_scores.get(cid, (0.0,))[0] <= 0:
             continue
         fused[cid] = relevance
-        neighbours[cid] = (row[6], row[7])
-        out.append(
-            _Candidate(
-                kind="chunk",
-                id=cid,
-                fts=s_fts,
-                vector=s_vec,
-                relevance=relevance,
-                g=g,
-                names=names,
-                session_id=int(row[1]),
-                created_at=str(row[2]),
-                importance=float(row[3]),
-                first_msg_id=row[4],
-                last_msg_id=row[5],
-            )
+        kept.append((cid, session_id, created_at, importance))
+    best_neighbour = _best_neighbours(conn, kept, fused)
+    # Score every candidate with plain arithmetic; build objects for the best k only.
+    now_seconds = _now_seconds(now)
+    scored: list[tuple[float, int, int]] = []
+    for position, (cid, _session, created_at, importance) in enumerate(kept):
+        relevance = fused[cid] + weights.neighbour * best_neighbour.get(cid, 0.0)
+        total = (
+            relevance
+            + weights.imp * (importance - 0.5)
+            + weights.rec * _recency_at(created_at, now_seconds, half_life)
+            + weights.graph * graph_scores.get(cid, (0.0,))[0]
         )
-    for cand in out:
-        before, after = neighbours[cand.id]
-        best = max(fused.get(before or 0, 0.0), fused.get(after or 0, 0.0))
-        cand.neighbour = weights.neighbour * best
+        scored.append((total, cid, position))
+    scored.sort(key=lambda item: (-item[0], -item[1]))
+    out: list[_Candidate] = []
+    for _total, cid, position in scored[: max(k, 0)]:
+        _cid, session_id, created_at, importance = kept[position]
+        g, names = graph_scores.get(cid, (0.0, ()))
+        cand = _Candidate(
+            kind="chunk",
+            id=cid,
+            fts=keyword.get(cid, 0.0),
+            vector=vector.get(cid, 0.0),
+            relevance=fused[cid],
+            g=g,
+            names=names,
+            session_id=session_id,
+            created_at=created_at,
+            importance=importance,
+        )
+        cand.neighbour = weights.neighbour * best_neighbour.get(cid, 0.0)
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
+        out.append(cand)
     return out
 
 
-def _fetch_chunks(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[Any, ...]]:
-    """Candidate rows (no text yet), with the previous and next chunk of the same session."""
-    rows: list[tuple[Any, ...]] = []
+def _fetch_chunks(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, float]]:
+    """(id, session_id, created_at, importance) of each candidate that still exists."""
+    rows: list[tuple[int, int, str, float]] = []
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
-        rows.extend(
-            conn.execute(
-                "SELECT c.id, c.session_id, c.created_at, c.importance, "
-                "c.first_msg_id, c.last_msg_id, "
-                "(SELECT max(p.id) FROM chunks p WHERE p.session_id = c.session_id "
-                "AND p.id < c.id), "
-                "(SELECT min(n.id) FROM chunks n WHERE n.session_id = c.session_id "
-                "AND n.id > c.id) "
-                f"FROM chunks c WHERE c.id IN ({','.join('?' * len(part))})",
-                part,
-            ).fetchall()
-        )
+        for cid, session_id, created_at, importance in conn.execute(
+            "SELECT id, session_id, created_at, importance FROM chunks "
+            f"WHERE id IN ({','.join('?' * len(part))})",
+            part,
+        ):
+            rows.append((int(cid), int(session_id), str(created_at), float(importance)))
     return rows
+
+
+def _best_neighbours(
+    conn: sqlite3.Connection, kept: list[tuple[int, int, str, float]], fused: dict[int, float]
+) -> dict[int, float]:
+    """Each candidate's better fused relevance among its neighbouring exchanges.
+
+    A neighbour only counts when it is a candidate itself, so only candidates of one
+    session that follow each other in id order can be neighbours: they are when no
+    chunk of that session lies between them, checked for all such pairs in one
+    statement (instead of looking up both neighbours of every candidate).
+    """
+    by_session: dict[int, list[int]] = {}
+    for cid, session_id, _created, _importance in kept:
+        by_session.setdefault(session_id, []).append(cid)
+    best: dict[int, float] = {}
+
+    def pair_up(a: int, b: int) -> None:
+        best[a] = max(best.get(a, 0.0), fused[b])
+        best[b] = max(best.get(b, 0.0), fused[a])
+
+    pairs: list[tuple[int, int, int]] = []  # ids apart: is another chunk of the session between?
+    for session_id, members in by_session.items():
+        members.sort()
+        for a, b in zip(members, members[1:]):
+            if b == a + 1:
+                pair_up(a, b)  # nothing fits between: turns recorded one after another
+            else:
+                pairs.append((a, b, session_id))
+    for start in range(0, len(pairs), 300):
+        part = pairs[start : start + 300]
+        values = ",".join("(?, ?, ?)" for _ in part)
+        adjacent = conn.execute(
+            f"WITH pair(a, b, s) AS (VALUES {values}) SELECT a, b FROM pair "
+            "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.session_id = pair.s "
+            "AND c.id > pair.a AND c.id < pair.b)",
+            [value for pair in part for value in pair],
+        )
+        for a, b in adjacent:
+            pair_up(a, b)
+    return best
+
+
+def _recency_at(created_at: str, now_seconds: float, half_life: float) -> float:
+    seconds = epoch_seconds(created_at) if created_at else None
+    if seconds is None:
+        return 1.0  # unreadable counts as age 0, as clock.age_days does
+    return recency(max(0.0, (now_seconds - seconds) / SECONDS_PER_DAY), half_life)
 
 
 def _rank_facts(
@@ -646,17 +703,9 @@ def _rank_facts(
 
 def _finish_scores(c: _Candidate, weights: Weights, half_life: float, now: datetime) -> None:
     c.importance_nudge = weights.imp * (c.importance - 0.5)
-    c.recency_nudge = weights.rec * recency(_age_days(c.created_at, now), half_life)
+    c.recency_nudge = weights.rec * _recency_at(c.created_at, _now_seconds(now), half_life)
     c.graph_nudge = weights.graph * c.g
     c.total = c.relevance + c.importance_nudge + c.recency_nudge + c.graph_nudge
-
-
-def _age_days(ts: str, now: datetime) -> float:
-    """``clock.age_days`` with ``now`` converted once per call site instead of per row."""
-    seconds = epoch_seconds(ts) if ts else None
-    if seconds is None:
-        return 0.0
-    return max(0.0, (_now_seconds(now) - seconds) / SECONDS_PER_DAY)
 
 
 @functools.lru_cache(maxsize=8)

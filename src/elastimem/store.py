@@ -812,7 +812,8 @@ class Elastimem:
             self._db.checkpoint("PASSIVE")
         finally:
             self._closed = True
-            self._services.keyword.close()
+            self._services.close()
+            self._vectors.close()
             self._db.close()
 
 

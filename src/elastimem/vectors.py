@@ -42,6 +42,7 @@ from .config import ElastimemConfig
 from .db import Database, get_meta, get_meta_int
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
 from .retrieval import Filters
+from .scan import RowScorer, candidates, row_scores
 
 logger = logging.getLogger("elastimem")
 
@@ -261,18 +262,6 @@ def exact_scores(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.add.reduce(products, axis=1)
 
 
-def coarse_scores(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """float32 cosines of every row, to pick candidates (then re-scored exactly).
-
-    ``einsum`` runs numpy's own single-threaded SIMD loop rather than BLAS: a matrix-vector
-    product is memory-bound, so threads barely help, and OpenBLAS's threads keep spinning
-    after each call, taking cores from the host's own model. Measured on the 2-core machine
-    (384 dims, busy): 10k rows 2.0 ms vs 5.7 ms for ``matrix @ query``; 100k rows 18.7 vs
-    29.8 ms.
-    """
-    return np.einsum("ij,j->i", matrix, query)
-
-
 def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
     """``vectors.gen`` and ``vectors.seq`` in one read."""
     rows = conn.execute("SELECT key, value FROM meta WHERE key IN ('vectors.gen', 'vectors.seq')")
@@ -283,22 +272,6 @@ def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
 def _margin(dim: int) -> float:
     """Twice the worst float32 rounding of a unit-vector dot product (γ_dim ≈ dim·2⁻²⁴)."""
     return 2.0 * dim * 2.0**-24 + 1e-9
-
-
-def _candidates(coarse: np.ndarray, mask: np.ndarray | None, n: int, dim: int) -> np.ndarray:
-    """Row positions that surely include the exact top ``n`` among ``mask``."""
-    if mask is None:
-        valid_count = coarse.shape[0]
-        scores = coarse
-    else:
-        valid_count = int(mask.sum())
-        scores = np.where(mask, coarse, -np.inf)
-    if valid_count == 0 or n <= 0:
-        return np.zeros(0, dtype=np.int64)
-    if valid_count <= n:
-        return np.flatnonzero(mask) if mask is not None else np.arange(coarse.shape[0])
-    nth = scores[np.argpartition(-scores, n - 1)[n - 1]]
-    return np.flatnonzero(scores >= nth - _margin(dim))
 
 
 def _best(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -325,7 +298,12 @@ class VectorIndex:
         self._ann_failed: set[tuple[str, int]] = set()
         self._snapshot_tried: set[tuple[str, int, int]] = set()
         self._stale_checked: set[tuple[str, int]] = set()
+        self._scorer = RowScorer()
         self._reset(None, None)
+
+    def close(self) -> None:
+        """End the scan's helper threads (a later search scans on the calling thread)."""
+        self._scorer.close()
 
     def set_config(self, config: ElastimemConfig) -> None:
         self._config = config
@@ -551,9 +529,8 @@ class VectorIndex:
                 return []
             matrix = self._matrix[:count]
             ids = self._ids[:count]
-            coarse = coarse_scores(matrix, query)
             mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
-            picked = _candidates(coarse, mask, n, dim)
+            picked = self._scorer.candidates(matrix, query, mask, n, _margin(dim))
             best_ids, best_scores = _best(ids[picked], exact_scores(matrix[picked], query), n)
             return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
@@ -647,7 +624,7 @@ class VectorIndex:
                 # The filters reject most of the graph: an exact scan is cheaper.
                 matrix = self._matrix[:count]
                 full_mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
-                rows = _candidates(coarse_scores(matrix, query), full_mask, n, query.shape[0])
+                rows = self._scorer.candidates(matrix, query, full_mask, n, _margin(query.shape[0]))
                 break
             fetch *= 2
         best_ids, best_scores = _best(self._ids[rows], exact_scores(self._matrix[rows], query), n)
@@ -767,7 +744,7 @@ def _search_streaming(
         if not rows:
             break
         ids, _sessions, _created, matrix = _rows_to_arrays(rows, dim)
-        picked = _candidates(coarse_scores(matrix, query), None, n, dim)
+        picked = candidates(row_scores(matrix, query), None, n, _margin(dim))
         best_ids = np.concatenate([best_ids, ids[picked]])
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
         best_ids, best_scores = _best(best_ids, best_scores, n)

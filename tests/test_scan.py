@@ -1,0 +1,109 @@
+"""Row scoring split over helper threads (scan.RowScorer), with real threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from elastimem import scan
+from elastimem.scan import PARALLEL_MIN_ROWS, RowScorer, candidates, row_scores
+from tests.conftest import wait_until
+
+
+def _helpers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "elastimem-scan"]
+
+
+@pytest.mark.parametrize("rows", [0, 1, PARALLEL_MIN_ROWS - 1, PARALLEL_MIN_ROWS, 25_001])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_split_scores_equal_one_thread_scores(rows: int, threads: int) -> None:
+    rng = np.random.default_rng(rows + threads)
+    matrix = rng.standard_normal((rows, 48)).astype(np.float32)
+    query = rng.standard_normal(48).astype(np.float32)
+    scorer = RowScorer(threads)
+    try:
+        got = scorer.scores(matrix, query)
+        # Every row is scored exactly once, by the same kernel (values agree to rounding).
+        np.testing.assert_allclose(got, row_scores(matrix, query), rtol=1e-6, atol=1e-6)
+        assert got.shape == (rows,) and got.dtype == np.float32
+    finally:
+        scorer.close()
+
+
+def test_large_scans_use_helper_threads_and_reuse_them() -> None:
+    matrix = np.ones((3 * PARALLEL_MIN_ROWS, 8), dtype=np.float32)
+    scorer = RowScorer(2)
+    before = len(_helpers())
+    try:
+        for _ in range(20):
+            assert float(scorer.scores(matrix, np.ones(8, dtype=np.float32)).sum()) == 8.0 * len(
+                matrix
+            )
+        assert len(_helpers()) == before + 1
+    finally:
+        scorer.close()
+    assert wait_until(lambda: len(_helpers()) == before)
+    # After close, scans still work, on the calling thread.
+    assert scorer.scores(matrix, np.ones(8, dtype=np.float32)).shape == (len(matrix),)
+    assert len(_helpers()) == before
+
+
+def test_a_helper_error_reaches_the_caller() -> None:
+    scorer = RowScorer(2)
+    matrix = np.ones((2 * PARALLEL_MIN_ROWS, 4), dtype=np.float32)
+    try:
+        with pytest.raises(ValueError):
+            scorer.scores(matrix, np.ones(5, dtype=np.float32))  # wrong width
+        assert scorer.scores(matrix, np.ones(4, dtype=np.float32))[0] == 4.0
+    finally:
+        scorer.close()
+
+
+def test_idle_helpers_retire_and_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "IDLE_SECONDS", 0.05)
+    matrix = np.ones((2 * PARALLEL_MIN_ROWS, 4), dtype=np.float32)
+    query = np.ones(4, dtype=np.float32)
+    scorer = RowScorer(2)
+    before = len(_helpers())
+    try:
+        scorer.scores(matrix, query)
+        assert wait_until(lambda: len(_helpers()) == before)
+        for _ in range(50):  # scans racing a retiring helper never hang
+            assert scorer.scores(matrix, query)[-1] == 4.0
+            time.sleep(0.001)
+    finally:
+        scorer.close()
+
+
+@pytest.mark.parametrize("rows", [10, PARALLEL_MIN_ROWS, 30_001])
+@pytest.mark.parametrize("masked", [False, True])
+def test_split_candidates_hold_the_exact_top_n(rows: int, masked: bool) -> None:
+    rng = np.random.default_rng(rows)
+    matrix = rng.standard_normal((rows, 32)).astype(np.float32)
+    # Exact duplicates make ties at the cut, the case the margin is there for.
+    matrix[rows // 2 :: 7] = matrix[0]
+    query = rng.standard_normal(32).astype(np.float32)
+    mask = rng.random(rows) < 0.6 if masked else None
+    exact = matrix.astype(np.float64) @ query.astype(np.float64)
+    if mask is not None:
+        exact[~mask] = -np.inf
+    n = 50
+    top = set(np.argsort(-exact, kind="stable")[: min(n, rows)].tolist())
+    if mask is not None:
+        top = {i for i in top if mask[i]}
+    margin = 1e-4
+    scorer = RowScorer(3)
+    try:
+        split = scorer.candidates(matrix, query, mask, n, margin)
+    finally:
+        scorer.close()
+    whole = candidates(row_scores(matrix, query), mask, n, margin)
+    assert top <= set(split.tolist())
+    assert set(whole.tolist()) <= set(split.tolist())  # each slice keeps a superset
+    assert len(set(split.tolist())) == len(split)
+    if mask is not None:
+        assert mask[split].all()
+    assert len(split) <= 3 * n + rows // 7 + 3  # a few per slice, plus the tied copies
