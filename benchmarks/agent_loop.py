@@ -73,6 +73,9 @@ def bench_build_context(exchanges: int, facts: int, samples: int) -> tuple[float
             mem.add_lesson(f"lesson number {i}: {sentence()}")
         mem.drain(timeout=60)
         mem.begin_session()
+        mem.warm_up()  # as a host does; then wait for the worker to prime the keyword index
+        while mem._services.keyword.prime_requested:
+            time.sleep(0.01)
         queries = [sentence(10) for _ in range(samples)]
         for q in queries[:10]:
             mem.build_context(q)  # warm caches

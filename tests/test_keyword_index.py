@@ -325,6 +325,28 @@ def test_recall_ranks_facts_alike_with_and_without_the_index(
     assert shown and all(i % 3 != 0 for i in shown)
 
 
+def test_build_context_orders_notes_alike_with_and_without_the_index(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    """build_context ranks notes with the index at any table size (it passes the live
+    ids it read), exactly as FTS5 ranks them at LITE."""
+    from elastimem import assembly
+
+    mem = make_store(tier_override="standard")
+    rng = random.Random(14)
+    for i in range(90):
+        mem.remember(f"{rng.choice(WORDS)}_{i % 40}", sentence(rng))  # versions pile up
+    with sqlite3.connect(store_path) as conn:
+        conn.execute("UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 4 = 0")
+    lite = make_store(tier_override="lite")
+    assert lite._services.keyword is not None  # held, but unused at LITE
+    for terms in queries(random.Random(8), 20):
+        ours = assembly._fact_lines(mem._services, terms, None)
+        theirs = assembly._fact_lines(lite._services, terms, None)
+        assert ours == theirs
+    assert mem._services.keyword.facts.loaded_rows > 0  # the index did answer
+
+
 # -- preloading every posting -------------------------------------------------------------------
 
 

@@ -248,6 +248,7 @@ def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list
                 retrieval.Filters(),
                 services.db.fts_enabled,
                 index=indexes.facts if indexes is not None else None,
+                live_ids=[row[0] for row in live],
             )
     now_seconds = utcnow().timestamp()
     profile_facts = [row for row in live if row[3] == "profile"]

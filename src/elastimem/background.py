@@ -350,7 +350,7 @@ def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
 def warm_up(services: Services, worker: Worker, profile: MemoryProfile, timeout: float) -> bool:
     keywords = keyword_index(services, profile)
     if keywords is not None and services.db.fts_enabled:
-        worker.submit(lambda: _prime_keywords(services, keywords))
+        _request_prime(services, keywords, worker)
     ready = _warm_up_embedder(services, worker, profile, timeout)
     if ready and profile.vector_recall_enabled:
         _prime_vectors(services, worker)
@@ -408,15 +408,16 @@ def keyword_index(services: Services, profile: MemoryProfile) -> KeywordIndexes 
         return None
     index = services.keyword
     worker = services.worker
-    if (
-        worker is not None
-        and not index.prime_requested
-        and index.wants_preload
-        and services.db.fts_enabled
-    ):
+    if worker is not None and index.wants_preload and services.db.fts_enabled:
+        _request_prime(services, index, worker)
+    return index
+
+
+def _request_prime(services: Services, index: KeywordIndexes, worker: Worker) -> None:
+    """Have the worker prime the index, unless a prime is already waiting or running."""
+    if not index.prime_requested:
         index.prime_requested = True
         worker.submit(lambda: _prime_keywords(services, index))
-    return index
 
 
 def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:

@@ -77,13 +77,15 @@ class FtsTable:
     # (id, text) of the rows after an id, ascending, with a limit; the columns joined by a
     # space, which FTS5's tokenizer splits anyway, so the counts are those of the columns.
     new_rows_sql: str
-    # Below this many rows FTS5 ranks faster than the index's fixed cost (None from top).
+    # Below this many rows FTS5 ranks faster than the index's fixed cost (None from top,
+    # unless the caller says ``any_size``).
     min_rows: int = 0
 
 
 CHUNKS = FtsTable("chunks_fts", "SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?")
-# The fact leg also reads the current versions' ids: ~1 ms the FTS5 query does not pay on a
-# small table. Measured p50 index / FTS5 (soak stores, load ~1): 200 versions 1.0 / 0.3 ms,
+# recall's fact leg also reads the current versions' ids: ~1 ms the FTS5 query does not pay
+# on a small table (build_context, which has them already, uses the index at any size).
+# Measured p50 index / FTS5 (soak stores, load ~1): 200 versions 1.0 / 0.3 ms,
 # 13k 1.5 / 1.3 ms, 88k 3.3 / 7.9 ms (p95 4.7 / 14.9).
 FACTS = FtsTable(
     "facts_fts",
@@ -244,19 +246,21 @@ class KeywordIndex:
         *,
         exclude: Collection[int] = (),
         only: Collection[int] | None = None,
+        any_size: bool = False,
     ) -> list[tuple[int, float]] | None:
         """The best ``limit`` rows as (id, −bm25), best first, ties to the higher id.
 
         Rows in ``exclude``, or outside ``only`` when given (the live facts), are left out
         before the cut. ``conn`` must be inside one read snapshot. None when this query
-        needs FTS5 itself.
+        needs FTS5 itself, or when the table has fewer than ``min_rows`` rows, unless
+        ``any_size`` (a caller that already holds what made small tables slow here).
         """
         try:
             with self._lock:
                 if self._closed:
                     return None
                 averages = self._read_averages(conn)
-                if _decode_averages(averages)[0] < self.table.min_rows:
+                if not any_size and _decode_averages(averages)[0] < self.table.min_rows:
                     return None
                 if not self._sync(conn, averages):
                     return None
@@ -271,6 +275,14 @@ class KeywordIndex:
             with self._lock:
                 self._reset()
             return None
+
+    def answers(self, conn: sqlite3.Connection) -> bool:
+        """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
+        work it only does for the index (one rowid lookup)."""
+        try:
+            return _decode_averages(self._read_averages(conn))[0] >= self.table.min_rows
+        except (sqlite3.Error, ValueError):
+            return False
 
     def prime(self, conn: sqlite3.Connection) -> None:
         """Load what every query needs (the row lengths) and, for a table of up to
@@ -302,7 +314,6 @@ class KeywordIndex:
         return (
             self._preloaded is None
             and not self._closed
-            and self._rows >= self.table.min_rows
             and self._total_tokens <= PRELOAD_MAX_POSTINGS
         )
 
