@@ -14,6 +14,7 @@ import math
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -321,6 +322,49 @@ def test_a_raising_query_embedder_warns_once(
     # Logs never carry message text: only the exception's type is logged, at any level.
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert not any(word in logged for word in ("greyhound", "Lisbon", "risotto"))
+
+
+def test_the_query_is_embedded_while_the_keyword_legs_run(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """recall hands the query embedding to a helper thread and runs the keyword leg
+    meanwhile, then waits for the vector (real threads, a slow host query embedder)."""
+    from elastimem import retrieval
+
+    passages = HashEmbedder()
+    seen: dict[str, float] = {}
+
+    def slow_query(text: str) -> Any:
+        time.sleep(0.3)
+        seen["embedded"] = time.monotonic()
+        return passages([text])[0]
+
+    real_leg = retrieval.chunk_fts_leg
+
+    def timed_leg(*args: Any, **kwargs: Any) -> dict[int, float]:
+        seen.setdefault("keyword", time.monotonic())
+        return real_leg(*args, **kwargs)
+
+    monkeypatch.setattr(retrieval, "chunk_fts_leg", timed_leg)
+    mem = make_store(embedder=passages, query_embedder=slow_query)
+    fill(mem)
+    hits = mem.recall("greyhound from the shelter")
+    assert hits and "greyhound" in hits[0].text
+    assert seen["keyword"] < seen["embedded"]  # the keyword leg did not wait for the vector
+    assert any(c.vector > 0 for c in mem.explain("dentist appointment").chunk_breakdowns)
+
+
+def test_a_failed_query_embedding_ranks_as_if_there_were_no_vector_leg(
+    make_store: Factory,
+) -> None:
+    def broken(text: str) -> list[float]:
+        raise RuntimeError("down")
+
+    mem = make_store(embedder=HashEmbedder(), query_embedder=broken)
+    fill(mem)
+    for b in mem.explain("greyhound shelter Biscuit", k=3).chunk_breakdowns:
+        # Keyword weight over the keyword weight alone: not diluted by an absent leg.
+        assert b.fused_relevance - b.neighbour == pytest.approx(b.fts)
 
 
 # -- model changes and reindex ----------------------------------------------------------------

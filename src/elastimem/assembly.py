@@ -135,7 +135,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
     est = services.est
     sections = dict.fromkeys(SECTION_ORDER, "")
     fact_ids: list[int] = []
-    state: dict[str, Any] = {"terms": [], "signal": None}
+    state: dict[str, Any] = {"terms": [], "signal": None, "leg": None}
 
     def guarded(name: str, fn: Callable[[], None]) -> None:
         try:
@@ -147,8 +147,11 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if len(user_input.split()) >= config.min_retrieval_query_words:
             state["terms"] = query_terms(user_input)
         if state["terms"]:
-            from .background import graph_signal
+            from .background import graph_signal, vector_leg
 
+            # Started first: the query is embedded on a helper thread while the facts
+            # and the graph are read.
+            state["leg"] = vector_leg(services, user_input, profile)
             state["signal"] = graph_signal(services, user_input)
 
     def user_facts() -> None:
@@ -169,7 +172,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             return
         graph_tokens = est(sections["graph_context"]) if sections["graph_context"] else 0
         budget = max(0, budgets.episodic - graph_tokens)
-        hits = _past_hits(services, user_input, profile, session_id, state["signal"])
+        hits = _past_hits(services, user_input, profile, session_id, state["signal"], state["leg"])
         lines = [f"- [{h.date}] {one_line(h.text, PAST_MOMENT_CHARS)}" for h in hits]
         sections["relevant_past_moments"] = fit_lines(lines, budget, est)
 
@@ -306,15 +309,19 @@ def _graph_lines(signal: Any) -> list[str]:
 
 
 def _past_hits(
-    services: Services, text: str, profile: MemoryProfile, session_id: int | None, signal: Any
+    services: Services,
+    text: str,
+    profile: MemoryProfile,
+    session_id: int | None,
+    signal: Any,
+    leg: Any,
 ) -> list[Any]:
-    from .background import keyword_index, vector_leg
+    from .background import keyword_index
 
     terms = query_terms(text)
     if not terms:
         return []
     config = services.config()
-    leg = vector_leg(services, text, profile)
     with services.db.read() as conn:
         ranking = retrieval.rank(
             conn,

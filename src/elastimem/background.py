@@ -443,24 +443,37 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
     watchdog = services.query_watchdog
     if watchdog.stuck:
         return None  # an earlier query embedding has not returned: keyword legs only
+    pending = None
     try:
         dim = source.dims.get(label)
         if dim is None:
             with services.db.read() as conn:
                 dim = active_dim(services, conn, label)
-        # A cached vector needs no call, so no helper thread either.
+        # A cached vector needs no call, so no helper thread either. Otherwise the query
+        # is embedded on a helper thread while the keyword legs run (see rank).
         query = source.query_cache.get(label, dim, text)
         if query is None:
-            query = watchdog.call(QUERY_EMBED_TIMEOUT_SECONDS, source.query_vector, text, dim)
+            pending = watchdog.start(QUERY_EMBED_TIMEOUT_SECONDS, source.query_vector, text, dim)
     except Exception as exc:  # a CallTimeout too: warned once, then at debug level
         source.warn_query_failure(exc)
-        return None
-    if query is None:
         return None
     vectors = services.vectors
     if services.worker is not None:
         vectors.attach_worker(services.worker.submit)
-    return lambda conn, filters, n: vectors.search(conn, query, label, filters, n)
+
+    def leg(conn: sqlite3.Connection, filters: Filters, n: int) -> list[tuple[int, float]] | None:
+        vector = query
+        if pending is not None:
+            try:
+                vector = pending.wait()
+            except Exception as exc:
+                source.warn_query_failure(exc)
+                return None
+        if vector is None:
+            return None  # no query vector: the ranking runs without this leg
+        return vectors.search(conn, vector, label, filters, n)
+
+    return leg
 
 
 # -- graph hooks ------------------------------------------------------------------------------

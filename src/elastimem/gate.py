@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -58,9 +59,15 @@ class Watchdog:
         return self._stuck is not None and not self._stuck.is_set()
 
     def call(self, timeout: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.start(timeout, fn, *args, **kwargs).wait()
+
+    def start(self, timeout: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> _Call:
+        """Hand the call to a helper thread and return at once; ``wait()`` on the result
+        gives its value or raises, with ``timeout`` counted from now (so the caller can do
+        other work meanwhile, as recall does while the query is embedded)."""
         if self.stuck:
             raise CallTimeout(f"{self.what} has not returned from an earlier call yet")
-        call = _Call(fn, args, kwargs)
+        call = _Call(self, fn, args, kwargs, time.monotonic() + timeout, timeout)
         with self._guard:
             inbox = self._idle.pop() if self._idle else None
         if inbox is None:
@@ -69,12 +76,7 @@ class Watchdog:
                 target=self._serve, args=(inbox,), name=f"elastimem-call-{self.what}", daemon=True
             ).start()
         inbox.put(call)
-        if not call.done.wait(timeout):
-            self._stuck = call.done
-            raise CallTimeout(f"{self.what} did not return within {timeout:g} s")
-        if call.error is not None:
-            raise call.error
-        return call.value
+        return call
 
     def close(self) -> None:
         """Let the idle helper threads end (a call still running ends when it returns)."""
@@ -109,13 +111,43 @@ class Watchdog:
 class _Call:
     """One call handed to a helper thread, and its outcome."""
 
-    __slots__ = ("args", "done", "error", "fn", "kwargs", "value")
+    __slots__ = (
+        "args",
+        "deadline",
+        "done",
+        "error",
+        "fn",
+        "kwargs",
+        "timeout",
+        "value",
+        "watchdog",
+    )
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+    def __init__(
+        self,
+        watchdog: Watchdog,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deadline: float,
+        timeout: float,
+    ) -> None:
+        self.watchdog = watchdog
         self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.deadline, self.timeout = deadline, timeout
         self.done = threading.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+
+    def wait(self) -> Any:
+        """The call's value; raises its error, or ``CallTimeout`` past the deadline (the
+        watchdog then counts as stuck until the call returns)."""
+        if not self.done.wait(max(0.0, self.deadline - time.monotonic())):
+            self.watchdog._stuck = self.done
+            raise CallTimeout(f"{self.watchdog.what} did not return within {self.timeout:g} s")
+        if self.error is not None:
+            raise self.error
+        return self.value
 
     def run(self) -> None:
         try:

@@ -150,8 +150,9 @@ class Filters:
         return sql, params
 
 
-# (conn, filters, n) -> [(chunk_id, cosine)], best first, filters applied before the cut.
-VectorLeg = Callable[[sqlite3.Connection, Filters, int], list[tuple[int, float]]]
+# (conn, filters, n) -> [(chunk_id, cosine)], best first, filters applied before the cut;
+# None when the query could not be embedded (the ranking then runs without the leg).
+VectorLeg = Callable[[sqlite3.Connection, Filters, int], list[tuple[int, float]] | None]
 
 
 class GraphSignal(Protocol):
@@ -537,14 +538,14 @@ def _rank_chunks(
     vector: dict[int, float] = {}
     weight_sum = weights.fts
     if vector_leg is not None:
-        weight_sum += weights.vec
         try:
-            vector = normalise_vector_scores(
-                vector_leg(conn, filters, VECTOR_CANDIDATES), VECTOR_CANDIDATES
-            )
+            found = vector_leg(conn, filters, VECTOR_CANDIDATES)
         except Exception as exc:  # the vector leg failing must never cost the keyword hits
             logger.warning("vector leg failed; using keyword results only: %s", exc)
-            vector = {}
+            found = []
+        if found is not None:  # None: no query vector after all, as if there were no leg
+            weight_sum += weights.vec
+            vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
     ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
