@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import assembly
+from elastimem import assembly, semantic
 from elastimem.assembly import fit_lines
 
 HEADINGS = [
@@ -71,6 +73,34 @@ def test_notes_are_ranked_by_relevance_after_profile_facts(mem: elastimem.Elasti
     mem.remember("location", "Leeds")
     lines = mem.build_context("which coffee should I order?").sections["user_facts"].split("\n")
     assert lines == ["- location: Leeds", "- coffee_order: flat white", "- bike_model: Brompton"]
+
+
+def test_notes_without_relevance_follow_importance_then_recency(
+    mem: elastimem.Elastimem,
+) -> None:
+    """The note order is the fact total of §5.6: with no query, the importance nudge and
+    recency decide, and equal totals keep the live order (``facts()`` order)."""
+    mem.remember("old_note", "kept from long ago", at="2020-01-01")
+    mem.remember("new_note", "written today")
+    mem.remember("rule_note", "from a rule", source="rule")
+    mem.remember("twin_a", "same day", at="2024-05-01")
+    mem.remember("twin_b", "same day", at="2024-05-01")
+    with mem._db.read() as conn:
+        rows = semantic.live_fact_rows(conn)  # in live order
+    weights = elastimem.retrieval.DEFAULT_WEIGHTS
+    half_life = mem.config.fact_recency_half_life_days
+    now = time.time()
+
+    def total(row: tuple[Any, ...]) -> float:
+        born = datetime.fromisoformat(row[5].replace("Z", "+00:00")).timestamp()
+        age = max(0.0, (now - born) / 86400)
+        return weights.imp * (row[4] - 0.5) + weights.rec * 0.5 ** (age / half_life)
+
+    lines = mem.build_context("").sections["user_facts"].split("\n")
+    shown = [line.removeprefix("- ").split(":")[0] for line in lines]
+    expected = [row[1] for row in sorted(rows, key=lambda row: -total(row))]  # stable
+    assert shown == expected
+    assert shown.index("twin_b") == shown.index("twin_a") - 1  # a tie: live order
 
 
 def test_past_moments_never_include_the_current_session(mem: elastimem.Elastimem) -> None:

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from . import procedural, retrieval, semantic
-from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
+from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .governor import MemoryProfile
 from .text import one_line, query_terms
 
@@ -253,35 +255,56 @@ def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list
                 index=indexes.facts if indexes is not None else None,
                 live_ids=[row[0] for row in live],
             )
-    now_seconds = utcnow().timestamp()
     profile_facts = [row for row in live if row[3] == "profile"]
-    notes = []
-    for order, (fact_id, key, value, category, importance, valid_from) in enumerate(live):
-        if category == "profile":
-            continue
-        g = 0.0
-        if signal is not None:
-            try:
-                g, _names = signal.fact_score(key, value)
-            except Exception:
-                g = 0.0
-        total = (
-            relevance.get(fact_id, 0.0)
-            + weights.imp * (float(importance) - 0.5)
-            + weights.rec * recency(_age_days(valid_from, now_seconds), half_life)
-            + weights.graph * g
-        )
-        notes.append((-total, order, fact_id, key, value))
-    notes.sort(key=lambda item: (item[0], item[1]))
+    notes = [row for row in live if row[3] != "profile"]
+    order = _note_order(notes, relevance, signal, half_life, weights)
     ordered = [(row[0], row[1], row[2]) for row in profile_facts]
-    ordered += [(fact_id, key, value) for _, _, fact_id, key, value in notes]
+    ordered += [(notes[i][0], notes[i][1], notes[i][2]) for i in order]
     lines = [_fact_line(key, value) for _, key, value in ordered]
     return lines, [fact_id for fact_id, _, _ in ordered]
 
 
-def _age_days(ts: str, now_seconds: float) -> float:
+def _note_order(
+    notes: list[tuple[int, str, str, str, float, str]],
+    relevance: dict[int, float],
+    signal: Any,
+    half_life: float,
+    weights: retrieval.Weights,
+) -> list[int]:
+    """Positions of ``notes`` by descending fact total (§5.6), ties in live order; the
+    totals computed with numpy, since every live fact is scored on every turn."""
+    if not notes:
+        return []
+    count = len(notes)
+    now_seconds = utcnow().timestamp()
+    importance = np.fromiter((row[4] for row in notes), dtype=np.float64, count=count)
+    born = np.fromiter(
+        (_epoch_or(row[5], now_seconds) for row in notes), dtype=np.float64, count=count
+    )
+    age_days = np.maximum(0.0, (now_seconds - born) / SECONDS_PER_DAY)
+    totals = (
+        np.fromiter((relevance.get(row[0], 0.0) for row in notes), dtype=np.float64, count=count)
+        + weights.imp * (importance - 0.5)
+        + weights.rec * np.power(0.5, age_days / half_life)
+    )
+    if signal is not None:
+        totals += weights.graph * np.fromiter(
+            (_graph_score(signal, row[1], row[2]) for row in notes), dtype=np.float64, count=count
+        )
+    return np.lexsort((np.arange(count), -totals)).tolist()
+
+
+def _epoch_or(ts: str, default: float) -> float:
+    """A timestamp's epoch seconds; ``default`` (age 0) when missing or unreadable."""
     seconds = epoch_seconds(ts) if ts else None
-    return 0.0 if seconds is None else max(0.0, (now_seconds - seconds) / SECONDS_PER_DAY)
+    return default if seconds is None else seconds
+
+
+def _graph_score(signal: Any, key: str, value: str) -> float:
+    try:
+        return float(signal.fact_score(key, value)[0])
+    except Exception:
+        return 0.0
 
 
 @functools.lru_cache(maxsize=4096)
