@@ -21,6 +21,7 @@ from elastimem import graph
 from elastimem.clock import ts_minus, utcnow
 from elastimem.gate import GateDenied
 from elastimem.retrieval import Filters
+from elastimem.text import word_tokens
 
 from .conftest import ScriptedLLM
 
@@ -759,7 +760,7 @@ def test_expand_equals_a_reference_walk(store: Store, seed: int) -> None:
     rng = random.Random(seed)
     ids = random_graph(store, rng, nodes=rng.choice([8, 25, 60]), edges=rng.choice([15, 60, 150]))
     with store._db.read() as conn:
-        for hops in (0, 1, 2, 3):
+        for hops in (0, 1, 2, 3, 4):  # past 2 hops, walked-on hops keep one row per node
             seeds = rng.sample(ids, rng.randint(1, 3))
             walked = graph.expand(conn, seeds, hops)
             expected = reference_walk(conn, seeds, hops)
@@ -1036,6 +1037,55 @@ def test_fact_candidates_equal_a_full_scan(store: Store) -> None:
             "jetson_model",
             "robot_name",
         ]
+
+
+def test_fact_candidates_match_multi_word_names_in_order(store: Store) -> None:
+    extract(store, [ent("Orin Board"), ent("Jetson")], [rel("Jetson", "has", "Orin Board")])
+    store.remember("hw", "the orin board")
+    store.remember("jumbled", "board, orin")
+    store.remember("apart", "orin is on the board")
+    store.remember("orin", "board")  # never across key and value
+    sig = signal(store, "my jetson")
+    assert sig is not None
+
+    def found() -> dict[int, tuple[float, tuple[str, ...]]]:
+        with store._db.read() as conn:
+            return sig.fact_candidates(conn, Filters())
+
+    def keys(hits: dict[int, Any]) -> list[str]:
+        with store._db.read() as conn:
+            named = dict(conn.execute("SELECT id, key FROM facts").fetchall())
+        return sorted(named[i] for i in hits)
+
+    first = found()
+    assert keys(first) == ["hw"]
+    assert first == live_fact_scores(store, sig, Filters())
+    assert found() == first  # the second time from what the index kept
+    store.remember("spare", "an orin board, boxed")  # a new fact: the kept phrases are redone
+    assert keys(found()) == ["hw", "spare"]
+    assert found() == live_fact_scores(store, sig, Filters())
+
+
+def test_fact_candidates_follow_alias_changes(store: Store) -> None:
+    hop_store(store)
+    store.remember("robot_nick", "Robbie")
+    store.remember("robot_name", "Tuffy")
+    before = signal(store, "my jetson")
+    assert before is not None
+    with store._db.read() as conn:
+        assert len(before.fact_candidates(conn, Filters())) == 1  # robot_name only
+    with store._db.atomic() as conn:
+        conn.execute(
+            "UPDATE graph_nodes SET aliases = '[\"Robbie\"]' WHERE canonical_name = 'tuffy'"
+        )
+        graph._bump_gen(conn)
+    after = signal(store, "my jetson")
+    assert after is not None
+    with store._db.read() as conn:
+        hits = after.fact_candidates(conn, Filters())
+        named = dict(conn.execute("SELECT id, key FROM facts").fetchall())
+    assert sorted(named[i] for i in hits) == ["robot_name", "robot_nick"]
+    assert hits == live_fact_scores(store, after, Filters())
 
 
 def test_fact_index_follows_deletes_and_reused_ids(store: Store) -> None:
@@ -1668,3 +1718,9 @@ def test_canonical_form_is_bounded(name: str) -> None:
     assert not canonical.startswith(("the ", "a ", "an ")) or graph._canonicalize(name).startswith(
         ("the ", "a ", "an ")
     )
+
+
+@given(st.one_of(st.text(max_size=120), st.text(alphabet=st.characters(max_codepoint=127))))
+def test_fold_tokens_equal_word_tokens(text: str) -> None:
+    # The ASCII shortcut of the seed scan must find exactly what the general fold finds.
+    assert graph._fold_tokens(text) == word_tokens(text)

@@ -16,9 +16,12 @@ expands them with one ``WITH RECURSIVE`` query bounded by ``graph_hops``, and re
 cached until ``meta.graph.gen`` changes; every node insert, delete or alias change bumps it,
 and so does a cluster change, because the cache also holds each node's name and cluster label.
 Facts that name a reached node are found through a cached token → fact-id index, which only
-grows, because a fact's key and value never change after insert. On the hot path each cache
-is checked by the statement that uses it (the walk also reads ``graph.gen``, the read of the
-candidate facts also reads the newest fact), so an unchanged store costs no extra round trip.
+grows, because a fact's key and value never change after insert; it also keeps which facts
+name which node, so a query reads only the ids of its candidate facts. Each cache is checked
+on use: the name index by a one-row read of ``graph.gen`` and the newest node before the walk
+(~0.01 ms; as columns of every walk row they cost ~0.08 ms, benchmarks/graph_latency.py at
+2,000 nodes / 5,000 edges), the fact index by the newest fact, read in the same statement as
+the candidate facts.
 
 Writes run inside the caller's ``atomic()``; the maintenance steps used by consolidation
 take the ``Database`` and never hold the write lock across an LLM call.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import threading
 import unicodedata
@@ -182,11 +186,23 @@ def _merge_aliases(first: Sequence[str], rest: Sequence[str], canonical: str) ->
     return out
 
 
+# The runs ``text.word_tokens`` finds.
+_WORD_RUN = re.compile(r"[^\W_]+")
+
+
+def _fold_tokens(text: str) -> list[str]:
+    """``word_tokens(text)``, ASCII text folded in C: ``em_fold`` looks at every character in
+    Python (~20 µs of a one-line query), and ASCII text folds to its lower case."""
+    if text.isascii():
+        return _WORD_RUN.findall(text.lower())
+    return word_tokens(text)
+
+
 @lru_cache(maxsize=8192)
 def _tokens(text: str) -> tuple[str, ...]:
     """Folded ``[^\\W_]+`` runs of a short text (a name, a fact key or value); cached because
     facts and names are scanned on every query. Chunk texts go through ``_text_tokens``."""
-    return tuple(word_tokens(text))
+    return tuple(_fold_tokens(text))
 
 
 @lru_cache(maxsize=8192)
@@ -195,7 +211,7 @@ def _token_set(text: str) -> frozenset[str]:
 
 
 def _text_tokens(text: object) -> tuple[str, ...]:
-    return tuple(word_tokens(sanitize(text)))
+    return tuple(_fold_tokens(sanitize(text)))
 
 
 def _matchable(tokens: tuple[str, ...]) -> bool:
@@ -332,8 +348,6 @@ class _NameIndex:
 
 
 _index_cache: OrderedDict[tuple[object, ...], _NameIndex] = OrderedDict()
-# Store identity → the name index it used last (what ``build_signal`` tries first).
-_latest_indexes: OrderedDict[tuple[object, ...], _NameIndex] = OrderedDict()
 _index_lock = threading.Lock()
 
 
@@ -412,7 +426,6 @@ def _name_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = 
         index = _index_cache.get(version)
         if index is not None:
             _index_cache.move_to_end(version)
-            _remember_latest(index)
             return index
     index = _build_index(conn)
     index.identity, index.version = version[:2], version
@@ -420,16 +433,7 @@ def _name_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = 
         _index_cache[version] = index
         while len(_index_cache) > _INDEX_CACHE_SIZE:
             _index_cache.popitem(last=False)
-        _remember_latest(index)
     return index
-
-
-def _remember_latest(index: _NameIndex) -> None:
-    """Called with ``_index_lock`` held."""
-    _latest_indexes[index.identity] = index
-    _latest_indexes.move_to_end(index.identity)
-    while len(_latest_indexes) > _INDEX_CACHE_SIZE:
-        _latest_indexes.popitem(last=False)
 
 
 def detect_seed_nodes(conn: sqlite3.Connection, text: object) -> list[int]:
@@ -439,7 +443,7 @@ def detect_seed_nodes(conn: sqlite3.Connection, text: object) -> list[int]:
     when its whole token sequence appears contiguously in the text's folded tokens, so "ai"
     inside "said" is not a seed; single-character and stopword-only names never match.
     """
-    tokens = word_tokens(sanitize(text))
+    tokens = _fold_tokens(sanitize(text))
     if not tokens:
         return []
     return _name_index(conn).seeds(tokens)
@@ -456,11 +460,22 @@ class _FactIndex:
     indexed one, or a different text under the indexed newest id (an id reused after a
     delete), rebuilds it. Ids that were deleted meanwhile are filtered out by the caller's
     query, so a stale entry can cost a lookup, never a wrong answer.
+
+    Which facts name a node is worked out once and kept in ``by_node`` until facts are
+    added or the name index changes: a query then looks up its reached nodes and reads no
+    fact text (reading and matching the candidates' texts on every recall cost ~0.1 ms at
+    300 facts, benchmarks/graph_latency.py). A one-word name is in a fact exactly when its
+    token is; a longer one must appear in order, which only the texts tell, so ``phrases``
+    keeps each such name's facts once read. Both start empty again whenever ``refresh``
+    adds facts.
     """
 
     def __init__(self) -> None:
         self.top: tuple[int, str, str] | None = None
         self.by_token: dict[str, set[int]] = {}
+        self.phrases: dict[tuple[str, ...], frozenset[int]] = {}
+        self.by_node: dict[int, tuple[int, ...]] = {}
+        self.by_node_names: _NameIndex | None = None  # the name index ``by_node`` follows
         self.lock = threading.Lock()
 
     def refresh(self, conn: sqlite3.Connection, newest: tuple[int, str, str] | None) -> None:
@@ -477,6 +492,7 @@ class _FactIndex:
                     start = self.top[0]
             if start == 0:
                 self.by_token = {}
+            self.phrases, self.by_node = {}, {}
             for fact_id, key, value in conn.execute(
                 "SELECT id, key, value FROM facts WHERE id > ? ORDER BY id", (start,)
             ):
@@ -484,14 +500,78 @@ class _FactIndex:
                     self.by_token.setdefault(token, set()).add(int(fact_id))
             self.top = newest
 
-    def candidates(self, tokens: Iterable[str]) -> set[int]:
+    def naming(
+        self, conn: sqlite3.Connection, names: _NameIndex, nodes: Iterable[int]
+    ) -> tuple[tuple[int, str, str] | None, dict[int, list[int]]]:
+        """(the newest fact indexed, fact id → which of ``nodes`` it names), the nodes'
+        names and aliases taken from ``names``."""
+        named: dict[int, list[int]] = {}
+        new: dict[int, set[int]] = {}  # nodes not in ``by_node`` yet → their facts
         with self.lock:
-            found: set[int] = set()
-            for token in tokens:
-                ids = self.by_token.get(token)
-                if ids:
-                    found |= ids
-            return found
+            if self.by_node_names is not names:
+                self.by_node, self.by_node_names = {}, names
+            top, by_node, phrases = self.top, self.by_node, self.phrases
+            wanted: dict[tuple[str, ...], set[int]] = {}  # phrases to read → candidates
+            for node_id in nodes:
+                known = by_node.get(node_id)
+                if known is None:
+                    new[node_id] = self._naming_one(names.forms.get(node_id, ()), wanted)
+                    continue
+                for fact_id in known:
+                    named.setdefault(fact_id, []).append(node_id)
+        if not new:
+            return top, named
+        learned = _facts_with_phrases(conn, wanted) if wanted else {}
+        for node_id, facts in new.items():
+            for form in names.forms.get(node_id, ()):
+                facts.update(learned.get(form, ()))
+            for fact_id in facts:
+                named.setdefault(fact_id, []).append(node_id)
+        with self.lock:
+            if self.phrases is phrases:  # no refresh meanwhile
+                phrases.update(learned)
+            if self.by_node is by_node:
+                by_node.update((node_id, tuple(facts)) for node_id, facts in new.items())
+        return top, named
+
+    def _naming_one(
+        self, forms: Sequence[tuple[str, ...]], wanted: dict[tuple[str, ...], set[int]]
+    ) -> set[int]:
+        """The facts naming one of ``forms`` as far as the index tells; the phrases it cannot
+        tell yet go to ``wanted`` with their candidates. Called with ``lock`` held."""
+        facts: set[int] = set()
+        for form in forms:
+            if len(form) == 1:
+                facts.update(self.by_token.get(form[0], ()))
+            elif form in self.phrases:
+                facts.update(self.phrases[form])
+            elif form not in wanted:
+                found = set(self.by_token.get(form[0], ()))
+                for token in form[1:]:
+                    found &= self.by_token.get(token, set())
+                wanted[form] = found
+        return facts
+
+
+def _facts_with_phrases(
+    conn: sqlite3.Connection, candidates: Mapping[tuple[str, ...], set[int]]
+) -> dict[tuple[str, ...], frozenset[int]]:
+    """phrase → the facts among its candidates whose key or value holds it in order."""
+    ids = sorted(set().union(*candidates.values()))
+    texts: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    for part in _chunks(ids):
+        for fact_id, key, value in conn.execute(
+            f"SELECT id, key, value FROM facts WHERE id IN ({_marks(part)})", _padded(part)
+        ):
+            texts[int(fact_id)] = (_tokens(str(key)), _tokens(str(value)))
+    return {
+        form: frozenset(
+            fact_id
+            for fact_id in found
+            if fact_id in texts and any(_contains(text, form) for text in texts[fact_id])
+        )
+        for form, found in candidates.items()
+    }
 
 
 _fact_indexes: OrderedDict[tuple[object, ...], _FactIndex] = OrderedDict()
@@ -566,8 +646,8 @@ def _walk(
         return _strongest(_seed_rows(conn, [s for s in seeds if s != self_id]))
 
 
-def _walk_sql(seed_count: int, hops: int, extra_columns: str = "") -> str:
-    """The walk: one row (id, strength, depth, *extra_columns) per step, in no order."""
+def _walk_sql(seed_count: int, hops: int) -> str:
+    """The walk: one row (id, strength, depth) per step, in no order."""
     marks = ",".join("?" * seed_count)
     # Deep walks use UNION, which drops repeated (node, depth, strength) rows, so a node
     # reached twice the same way is expanded once and cycles cannot multiply the rows. For
@@ -585,33 +665,12 @@ def _walk_sql(seed_count: int, hops: int, extra_columns: str = "") -> str:
         "  w.depth + 1, w.strength * ? * e.weight"
         " FROM walk w JOIN graph_edges e ON (e.source_node = w.id OR e.target_node = w.id)"
         " WHERE w.depth < ? AND e.source_node <> ? AND e.target_node <> ?"
-        f") SELECT id, strength, depth{extra_columns} FROM walk"
+        ") SELECT id, strength, depth FROM walk"
     )
 
 
 def _walk_params(seeds: list[int], hops: int, self_id: int) -> tuple[object, ...]:
     return (*seeds, self_id, HOP_FACTOR, hops, self_id, self_id)
-
-
-def _walk_if_current(
-    conn: sqlite3.Connection, index: _NameIndex, seeds: list[int], hops: int
-) -> list[tuple[int, float, int]] | None:
-    """The walk from ``seeds`` (found by ``index``) when ``index`` is still this store's name
-    index, else None. The walk reads the version itself (constant subqueries run once), so
-    an unchanged graph costs one statement instead of two."""
-    if index.self_id is None:
-        return None
-    hops = max(0, min(int(hops), MAX_HOPS))
-    try:
-        rows = conn.execute(
-            _walk_sql(len(seeds), hops, ", " + _NAMES_VERSION_COLUMNS),
-            _walk_params(seeds, hops, index.self_id),
-        ).fetchall()
-    except sqlite3.Error:
-        return None  # the checked path runs the walk again and reports the error
-    if not rows or (*index.identity, *rows[0][3:]) != index.version:
-        return None
-    return _strongest(row[:3] for row in rows)
 
 
 def _strongest(rows: Iterable[Sequence[Any]]) -> list[tuple[int, float, int]]:
@@ -676,14 +735,17 @@ class Signal:
         self._seeds = frozenset(seeds)
         self._names = index.names if names is None else names
         self._strength = {node_id: strength for node_id, strength, _depth in walked}
-        # Fact matching reads the shared index (every form by its first token) and keeps
-        # the forms of reached nodes: no per-query copy of the forms.
+        # Fact matching reads the shared index (every form by its first token, every node's
+        # forms): no per-query copy of the forms.
+        self._index = index
         self._by_first = index.by_first
-        forms = index.forms
-        self._firsts = frozenset(
-            {form[0] for node_id in self._strength for form in forms.get(node_id, ())}
-        )
         self._identity = index.identity
+
+    @cached_property
+    def _firsts(self) -> frozenset[str]:
+        """The first tokens of the reached nodes' forms (what ``fact_score`` looks for)."""
+        forms = self._index.forms
+        return frozenset({form[0] for node_id in self._strength for form in forms.get(node_id, ())})
 
     @cached_property
     def reached(self) -> dict[int, _Reached]:
@@ -838,46 +900,43 @@ class Signal:
         """fact id → (g, names) for the facts passing ``filters`` that name a reached node.
 
         The same scores as ``fact_score`` over every live fact, without reading them all:
-        a cached token → fact-id index (fact texts never change in place) gives the few facts
-        worth checking, and only those are read and checked at word boundaries. The index is
-        tried as it stands first, the store's newest fact read by the same statement as the
+        the cached fact index (fact texts never change in place) tells which facts name which
+        reached node, and one statement keeps those passing the filters. The index is tried
+        as it stands first, the store's newest fact read by the same statement as the
         candidates; only when a fact was added since is it brought up to date and asked again.
         """
         with _index_lock:
             known = _fact_indexes.get(self._identity) if self._identity else None
         if known is not None and known.top is not None:
-            ids = _current_only(conn, known.candidates(self._firsts))
-            found = self._lifted(conn, filters, ids, known.top)
+            found = self._lifted(conn, filters, known, checked=True)
             if found is not None:
                 return found
-        index = _fact_index(conn, self._identity)
-        return (
-            self._lifted(conn, filters, _current_only(conn, index.candidates(self._firsts))) or {}
-        )
+        return self._lifted(conn, filters, _fact_index(conn, self._identity)) or {}
 
     def _lifted(
         self,
         conn: sqlite3.Connection,
         filters: Filters,
-        ids: set[int],
-        top: tuple[int, str, str] | None = None,
+        index: _FactIndex,
+        *,
+        checked: bool = False,
     ) -> dict[int, tuple[float, tuple[str, ...]]] | None:
-        """``fact_candidates`` over the candidate ``ids``; with ``top`` (the newest fact the
-        index has seen), None when the store's newest fact is another one."""
+        """``fact_candidates`` through ``index``; when ``checked``, None if the store's newest
+        fact is not the newest the index has seen."""
+        top, named = index.naming(conn, self._index, self._strength)
         where, params = filters.fact_sql("f")
-        parts = list(_chunks(sorted(ids))) or [()]
-        if top is not None and len(parts) > 1:
+        parts = list(_chunks(sorted(_current_only(conn, set(named))))) or [()]
+        if checked and len(parts) > 1:
             return None  # rare: too many candidates to ask in one statement
         out: dict[int, tuple[float, tuple[str, ...]]] = {}
         newest = None
         for part in parts:
             selects, binds = [], []
-            if top is not None:
+            if checked:
                 selects.append(_NEWEST_FACT_ROW)
             if part:
                 selects.append(
-                    "SELECT 1, f.id, f.key, f.value FROM facts f "
-                    f"WHERE f.id IN ({_marks(part)}){where}"
+                    f"SELECT 1, f.id, NULL, NULL FROM facts f WHERE f.id IN ({_marks(part)}){where}"
                 )
                 binds += [*_padded(part), *params]
             if not selects:
@@ -886,12 +945,10 @@ class Signal:
                 if not candidate:
                     newest = (fact_id, str(key), str(value))
                     continue
-                found = self.matched_nodes(key, value)
-                if found:
-                    g, names = self._score(found)
-                    if g > 0:
-                        out[fact_id] = (g, names)
-        if top is not None and newest != top:
+                g, names = self._score(named[fact_id])
+                if g > 0:
+                    out[fact_id] = (g, names)
+        if checked and newest != top:
             return None
         return out
 
@@ -916,7 +973,7 @@ def build_signal(database: Database, text: object, hops: int) -> Signal | None:
     """
     if hops <= 0:
         return None
-    tokens = word_tokens(sanitize(text))
+    tokens = _fold_tokens(sanitize(text))
     if not tokens:
         return None
     with database.read() as conn:
@@ -930,33 +987,12 @@ def _signal(
     *,
     identity: tuple[object, ...] | None = None,
 ) -> Signal | None:
-    if identity:
-        signal = _signal_from_latest(conn, tokens, hops, identity)
-        if signal is not None:
-            return signal
     index = _name_index(conn, identity)
     seeds = index.seeds(tokens)
     if not seeds:
         return None
     self_id = index.self_id if index.self_id is not None else _self_id(conn)
     walked = _walk(conn, seeds, hops, self_id)
-    if not walked:
-        return None
-    return Signal(walked, seeds, index, _node_names(conn, index, [row[0] for row in walked]))
-
-
-def _signal_from_latest(
-    conn: sqlite3.Connection, tokens: Sequence[str], hops: int, identity: tuple[object, ...]
-) -> Signal | None:
-    """The signal through the newest name index seen for this store, if the walk finds it
-    still current; None when there is none, it names no seed here, or it is out of date
-    (then the caller checks the version first, as ever)."""
-    with _index_lock:
-        index = _latest_indexes.get(identity)
-    if index is None:
-        return None
-    seeds = index.seeds(tokens)
-    walked = _walk_if_current(conn, index, seeds, hops) if seeds else None
     if not walked:
         return None
     return Signal(walked, seeds, index, _node_names(conn, index, [row[0] for row in walked]))
@@ -1823,7 +1859,7 @@ def timeline_key(conn: sqlite3.Connection, text: object) -> str | None:
     occurs at a word boundary in a fact's key or value (any version) gives that fact's key,
     preferring a live row, then the newest. None when nothing is named or nothing matches.
     """
-    tokens = word_tokens(sanitize(text))
+    tokens = _fold_tokens(sanitize(text))
     if not tokens:
         return None
     signal = _signal(conn, tokens, TIMELINE_HOPS)
