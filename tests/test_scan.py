@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -107,3 +109,23 @@ def test_split_candidates_hold_the_exact_top_n(rows: int, masked: bool) -> None:
     if mask is not None:
         assert mask[split].all()
     assert len(split) <= 3 * n + rows // 7 + 3  # a few per slice, plus the tied copies
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_scans_with_threads_of_its_own() -> None:
+    """The child of a fork inherits the helper list but not the threads: handing them work
+    would wait forever. It starts its own instead (a real fork, a real child process)."""
+    matrix = np.ones((2 * PARALLEL_MIN_ROWS, 4), dtype=np.float32)
+    query = np.ones(4, dtype=np.float32)
+    scorer = RowScorer(2)
+    try:
+        scorer.scores(matrix, query)  # the parent's helper exists now
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only if the scan finishes
+            signal.alarm(10)
+            ok = float(scorer.scores(matrix, query).sum()) == 4.0 * len(matrix)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        scorer.close()

@@ -85,6 +85,7 @@ class RowScorer:
         self._guard = threading.Lock()
         self._inboxes: list[queue.SimpleQueue[_Task | None]] = []
         self._closed = False
+        self._pid = os.getpid()
 
     def scores(self, matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
         """:func:`row_scores` of every row, the slices scored in parallel."""
@@ -160,6 +161,9 @@ class RowScorer:
         if not tasks:
             return
         with self._guard:
+            if self._pid != os.getpid():
+                # A forked child inherits the list but not the threads: start its own.
+                self._inboxes, self._pid = [], os.getpid()
             while len(self._inboxes) < len(tasks):
                 inbox: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
                 threading.Thread(
