@@ -14,6 +14,7 @@ block on a queue between calls (no spinning) and end after ``IDLE_SECONDS`` unus
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -92,7 +93,7 @@ class RowScorer:
         bounds = self._bounds(matrix.shape[0])
         parts = self._run(
             [
-                lambda start=start, end=end: row_scores(matrix[start:end], query)
+                functools.partial(row_scores, matrix[start:end], query)
                 for start, end in zip(bounds[:-1], bounds[1:])
             ]
         )
@@ -121,7 +122,7 @@ class RowScorer:
 
         parts = self._run(
             [
-                lambda start=start, end=end: slice_candidates(start, end)
+                functools.partial(slice_candidates, start, end)
                 for start, end in zip(bounds[:-1], bounds[1:])
             ]
         )
