@@ -490,3 +490,25 @@ def test_the_first_recall_has_the_worker_preload_the_store(
 
 def _fail(*_args: object) -> None:
     raise AssertionError("postings were read from SQL")
+
+
+def test_a_stores_two_indexes_tokenise_a_new_term_once(
+    filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    real = keyword_index._Tokenizer.tokens
+
+    def counted(self: object, texts: list[str]) -> list[list[str]]:
+        calls.append(list(texts))
+        return real(self, texts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(keyword_index._Tokenizer, "tokens", counted)
+    indexes = keyword_index.KeywordIndexes()
+    try:
+        with snapshot(store_path) as conn:
+            chunks = indexes.chunks.top(conn, ["garden", "walrus"], 5)
+            indexes.facts.top(conn, ["garden", "walrus"], 5, any_size=True)
+            assert_same_ranking(chunks or [], fts5_top(conn, ["garden", "walrus"], 5))
+    finally:
+        indexes.close()
+    assert calls == [["garden", "walrus"]]

@@ -213,15 +213,42 @@ class _Tokenizer:
         self._conn.close()
 
 
+class TermTokens:
+    """The one token FTS5 makes of each query term, cached; shared by a store's two indexes
+    (one tokenizer round trip per new term, not one per index)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokenizer = _Tokenizer()
+        self._cache: OrderedDict[str, str | None] = OrderedDict()
+
+    def tokens(self, terms: list[str]) -> list[str | None]:
+        """Each term's token; None where FTS5 makes several (a phrase), "" where none."""
+        with self._lock:
+            new = [t for t in dict.fromkeys(terms) if t not in self._cache]
+            for term, tokens in zip(new, self._tokenizer.tokens(new) if new else [], strict=True):
+                self._cache[term] = tokens[0] if len(tokens) == 1 else (None if tokens else "")
+            while len(self._cache) > TERM_CACHE:
+                self._cache.popitem(last=False)
+            for term in terms:
+                self._cache.move_to_end(term)
+            return [self._cache[t] for t in terms]
+
+    def close(self) -> None:
+        with self._lock:
+            self._tokenizer.close()
+
+
 class KeywordIndex:
     """BM25 top-k over one FTS5 table from cached postings; thread-safe, see module doc."""
 
-    def __init__(self, table: FtsTable = CHUNKS) -> None:
+    def __init__(self, table: FtsTable = CHUNKS, terms: TermTokens | None = None) -> None:
         self.table = table
         self._vocab = f"temp.elastimem_{table.name}_vocab"
         self._lock = threading.Lock()
         self._tokenizer = _Tokenizer()
-        self._term_tokens: OrderedDict[str, str | None] = OrderedDict()
+        self._owns_terms = terms is None
+        self._terms = TermTokens() if terms is None else terms
         self._closed = False
         self._resets = 0
         self._reset()
@@ -327,6 +354,8 @@ class KeywordIndex:
             self._reset()
             self._closed = True
             self._tokenizer.close()
+            if self._owns_terms:
+                self._terms.close()
 
     @property
     def cached_entries(self) -> int:
@@ -425,14 +454,7 @@ class KeywordIndex:
 
     def _tokens(self, terms: list[str]) -> list[str | None]:
         """The one token FTS5 makes of each term; None where it makes several (a phrase)."""
-        new = [t for t in dict.fromkeys(terms) if t not in self._term_tokens]
-        for term, tokens in zip(new, self._tokenizer.tokens(new) if new else [], strict=True):
-            self._term_tokens[term] = tokens[0] if len(tokens) == 1 else (None if tokens else "")
-        while len(self._term_tokens) > TERM_CACHE:
-            self._term_tokens.popitem(last=False)
-        for term in terms:
-            self._term_tokens.move_to_end(term)
-        return [self._term_tokens[t] for t in terms]
+        return self._terms.tokens(terms)
 
     def _postings_for(self, conn: sqlite3.Connection, tokens: list[str]) -> dict[str, _Postings]:
         """Each token's postings: cached, or read from the index, one statement per token
@@ -592,8 +614,9 @@ class KeywordIndexes:
     """One store's indexes: chunks and facts."""
 
     def __init__(self) -> None:
-        self.chunks = KeywordIndex(CHUNKS)
-        self.facts = KeywordIndex(FACTS)
+        self._terms = TermTokens()
+        self.chunks = KeywordIndex(CHUNKS, self._terms)
+        self.facts = KeywordIndex(FACTS, self._terms)
         self.prime_requested = False
 
     @property
@@ -607,3 +630,4 @@ class KeywordIndexes:
     def close(self) -> None:
         self.chunks.close()
         self.facts.close()
+        self._terms.close()
