@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from datetime import datetime
 from typing import Any
@@ -101,6 +102,50 @@ def test_notes_without_relevance_follow_importance_then_recency(
     expected = [row[1] for row in sorted(rows, key=lambda row: -total(row))]  # stable
     assert shown == expected
     assert shown.index("twin_b") == shown.index("twin_a") - 1  # a tie: live order
+
+
+def _stamp(mem: elastimem.Elastimem) -> str | None:
+    with mem._db.read() as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'facts.stamp'").fetchone()
+    return None if row is None else str(row[0])
+
+
+def test_the_facts_stamp_changes_with_the_facts_but_not_with_a_touch(
+    mem: elastimem.Elastimem, store_path: Any
+) -> None:
+    mem.remember("name", "Ada")
+    first = _stamp(mem)
+    assert first is not None
+    mem.build_context("hello there")  # touches "name": access counts only
+    assert _stamp(mem) == first
+    mem.remember("city", "Leeds")
+    second = _stamp(mem)
+    assert second != first
+    mem.forget("city")
+    third = _stamp(mem)
+    assert third != second
+    with sqlite3.connect(store_path) as conn:  # decay archives in place
+        conn.execute("UPDATE facts SET archived = 1 WHERE key = 'name'")
+    assert _stamp(mem) != third
+
+
+def test_build_context_sees_facts_written_by_another_connection(
+    mem: elastimem.Elastimem, store_path: Any
+) -> None:
+    """The live facts are kept between turns; a write by any connection (another process,
+    here a plain sqlite3 one) changes the stamp and the next plan shows it."""
+    mem.remember("pet", "cat")
+    assert "pet: cat" in mem.build_context("tell me more").sections["user_facts"]
+    assert "pet: cat" in mem.build_context("tell me more").sections["user_facts"]  # kept
+    with sqlite3.connect(store_path) as conn:
+        conn.execute(
+            "INSERT INTO facts (key, value, category, source, importance, created_at, valid_from)"
+            " VALUES ('hobby', 'archery', 'note', 'import', 0.6, "
+            "'2024-01-01T00:00:00.000000Z', '2024-01-01T00:00:00.000000Z')"
+        )
+        conn.execute("UPDATE facts SET value = 'dog' WHERE key = 'pet'")  # no API does this
+    facts = mem.build_context("tell me more").sections["user_facts"]
+    assert "hobby: archery" in facts and "pet: dog" in facts
 
 
 def test_past_moments_never_include_the_current_session(mem: elastimem.Elastimem) -> None:

@@ -14,7 +14,7 @@ from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
 from tests.legacy_layouts import create_legacy_store
 
-SNAPSHOT = Path(__file__).parent / "data" / "schema_v4.sql"
+SNAPSHOT = Path(__file__).parent / "data" / "schema_v5.sql"
 
 
 def normalised_schema(path: Path) -> str:
@@ -68,7 +68,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
         hits = mem.recall("Lisbon")  # FTS rebuilt over the old rows
         assert any(h.kind == "chunk" and "Lisbon" in h.text for h in hits)
         stats = mem.stats()
-        assert stats["schema_version"] == 4
+        assert stats["schema_version"] == 5
         if version >= 2:
             # The old "user" node was folded into the self node; its edge survived on it.
             assert stats["graph_nodes"] == 1
@@ -76,7 +76,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
     conn = sqlite3.connect(path)
     try:
         ledger = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
-        assert ledger == [v for v in (2, 3, 4) if v > version]
+        assert ledger == [v for v in (2, 3, 4, 5) if v > version]
         kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
         assert kinds.count("migrated") == len(ledger)
         lessons = conn.execute("SELECT created_at, last_used_at FROM lessons").fetchone()
@@ -95,11 +95,11 @@ def test_fresh_store_records_creation(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        assert meta["schema_version"] == "4"
+        assert meta["schema_version"] == "5"
         assert meta["created_by"] == elastimem.__version__
         assert TIMESTAMP_PATTERN.match(meta["created_at"])
         assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
-            (4, "initial")
+            (5, "initial")
         ]
         assert [r[0] for r in conn.execute("SELECT kind FROM events")][:1] == ["created"]
     finally:
@@ -164,3 +164,31 @@ def test_every_written_timestamp_is_canonical(make_store, llm) -> None:  # type:
                     f'SELECT "{column}" FROM "{table}" WHERE "{column}" IS NOT NULL'
                 ):
                     assert TIMESTAMP_PATTERN.match(value), (table, column, value)
+
+
+def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    old = tmp_path / "v4.db"
+    open_and_close(fresh)
+    with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
+        mem.remember("location", "Lisbon")
+    conn = sqlite3.connect(old)  # back to v4 as an older elastimem left it
+    with conn:
+        for name in ("facts_stamp_ai", "facts_stamp_ad", "facts_stamp_au"):
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DELETE FROM meta WHERE key IN ('facts.stamp')")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        conn.execute("UPDATE schema_migrations SET version = 4")
+    conn.close()
+    with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"location": "Lisbon"}
+        mem.remember("location", "Porto")
+        assert mem.stats()["schema_version"] == 5
+    assert normalised_schema(old) == normalised_schema(fresh)
+    conn = sqlite3.connect(old)
+    try:
+        ledger = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
+        stamp = conn.execute("SELECT value FROM meta WHERE key = 'facts.stamp'").fetchone()
+    finally:
+        conn.close()
+    assert ledger == [4, 5] and stamp is not None

@@ -243,7 +243,7 @@ def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list
     half_life = services.config().fact_recency_half_life_days
     weights = retrieval.DEFAULT_WEIGHTS
     with services.db.read() as conn:
-        live = semantic.live_fact_rows(conn)
+        live = services.live_facts.rows(conn)
         relevance: dict[int, float] = {}
         if terms:
             indexes = keyword_index(services, services.profile())

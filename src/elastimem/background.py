@@ -78,6 +78,7 @@ class Services:
     passage_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the embedder"))
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
     keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
+    live_facts: semantic.LiveFactsCache = field(default_factory=semantic.LiveFactsCache)
 
     def close(self) -> None:
         """Free what outlives a call: cached postings and the idle helper threads."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .clock import now_ts, parse_moment, utcnow
 from .guards import guard_fact
+from .migrations import FACTS_STAMP_KEY
 from .values import Fact
 
 SOURCES = ("explicit", "auto", "rule", "import", "merge")
@@ -171,6 +173,30 @@ def live_fact_rows(conn: sqlite3.Connection) -> list[tuple[int, str, str, str, f
         "SELECT id, key, value, category, importance, valid_from FROM facts "
         f"WHERE invalidated_at IS NULL AND archived = 0 ORDER BY {LIVE_ORDER}"
     ).fetchall()
+
+
+class LiveFactsCache:
+    """``live_fact_rows`` kept while ``meta.facts.stamp`` stays the same: the schema's
+    triggers give it a new random value on any change to what those rows hold, whichever
+    process makes it (migrations module doc). One meta lookup instead of reading every
+    live fact on every turn."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stamp: str | None = None
+        self._rows: list[tuple[int, str, str, str, float, str]] = []
+
+    def rows(self, conn: sqlite3.Connection) -> list[tuple[int, str, str, str, float, str]]:
+        """``live_fact_rows(conn)``; ``conn`` inside one read snapshot."""
+        found = conn.execute("SELECT value FROM meta WHERE key = ?", (FACTS_STAMP_KEY,)).fetchone()
+        stamp = None if found is None else str(found[0])
+        with self._lock:
+            if stamp is not None and stamp == self._stamp:
+                return list(self._rows)
+        rows = live_fact_rows(conn)
+        with self._lock:
+            self._stamp, self._rows = stamp, rows
+        return list(rows)
 
 
 def live_values(conn: sqlite3.Connection) -> dict[str, str]:

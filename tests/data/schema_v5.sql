@@ -98,3 +98,9 @@ CREATE TRIGGER facts_fts_ad AFTER DELETE ON facts BEGIN INSERT INTO facts_fts(fa
 CREATE TRIGGER facts_fts_ai AFTER INSERT ON facts BEGIN INSERT INTO facts_fts(rowid, key, value) VALUES (new.id, new.key, new.value); END;
 -- trigger facts_fts_au
 CREATE TRIGGER facts_fts_au AFTER UPDATE OF key, value ON facts BEGIN INSERT INTO facts_fts(facts_fts, rowid, key, value) VALUES ('delete', old.id, old.key, old.value); INSERT INTO facts_fts(rowid, key, value) VALUES (new.id, new.key, new.value); END;
+-- trigger facts_stamp_ad
+CREATE TRIGGER facts_stamp_ad AFTER DELETE ON facts BEGIN INSERT OR REPLACE INTO meta (key, value) VALUES ('facts.stamp', hex(randomblob(8))); END;
+-- trigger facts_stamp_ai
+CREATE TRIGGER facts_stamp_ai AFTER INSERT ON facts BEGIN INSERT OR REPLACE INTO meta (key, value) VALUES ('facts.stamp', hex(randomblob(8))); END;
+-- trigger facts_stamp_au
+CREATE TRIGGER facts_stamp_au AFTER UPDATE OF key, value, category, importance, valid_from, invalidated_at, archived ON facts BEGIN INSERT OR REPLACE INTO meta (key, value) VALUES ('facts.stamp', hex(randomblob(8))); END;
