@@ -512,3 +512,23 @@ def test_a_stores_two_indexes_tokenise_a_new_term_once(
     finally:
         indexes.close()
     assert calls == [["garden", "walrus"]]
+
+
+def test_a_term_repeated_throughout_its_rows_is_left_to_fts5(
+    make_store: Callable[..., elastimem.Elastimem],
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading postings costs per occurrence, FTS5 per matching row: a word repeated
+    thousands of times in a few rows (a pasted log, a 10 MB message) goes to FTS5."""
+    monkeypatch.setattr(keyword_index, "READ_INSTANCES_FREELY", 10)
+    mem = make_store()
+    mem.record_turn("echo " * 30 + "lighthouse", "ok")
+    mem.record_turn("echo once near the lighthouse", "ok")
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        assert index.top(conn, ["echo"], 5) is None  # 31 occurrences in 2 rows
+        assert index.top(conn, ["lighthouse"], 5) is not None  # 2 in 2: read and cached
+        assert index.top(conn, ["lighthouse", "echo"], 5) is None
+        assert index.loaded_rows == 2  # nothing was reset
+    assert [h.text[:10] for h in mem.recall("echo", k=2)] == ["User: echo"] * 2

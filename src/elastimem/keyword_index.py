@@ -67,6 +67,9 @@ TERM_CACHE = 4096
 PRELOAD_MAX_POSTINGS = 4_000_000
 PRELOAD_BLOCK = 65_536
 PRELOAD_MAX_RECENT = 250_000
+# See _costly_to_read.
+READ_INSTANCES_FREELY = 50_000
+INSTANCES_PER_ROW = 4
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,7 @@ class KeywordIndex:
     def __init__(self, table: FtsTable = CHUNKS, terms: TermTokens | None = None) -> None:
         self.table = table
         self._vocab = f"temp.elastimem_{table.name}_vocab"
+        self._row_vocab = f"temp.elastimem_{table.name}_rows"
         self._lock = threading.Lock()
         self._tokenizer = _Tokenizer()
         self._owns_terms = terms is None
@@ -297,6 +301,8 @@ class KeywordIndex:
                 if any(t is None for t in tokens):
                     return None
                 return self._score(conn, [t for t in tokens if t], limit, exclude, only)
+        except _LeaveToFts5:
+            return None
         except (sqlite3.Error, ValueError, MemoryError) as exc:
             logger.debug("keyword index unavailable for this query: %s", type(exc).__name__)
             with self._lock:
@@ -471,11 +477,17 @@ class KeywordIndex:
             return found
         if self._preloaded is None:
             _ensure_vocab(conn, self._vocab, self.table.name)
+            _ensure_vocab(conn, self._row_vocab, self.table.name, "row")
         cap = max(MIN_POSTINGS_CAP, 4 * self._rows)
         for token in missing:
             if self._preloaded is not None:
                 postings = self._preloaded.postings(token)
             else:
+                counts = conn.execute(
+                    f"SELECT doc, cnt FROM {self._row_vocab} WHERE term = ?", (token,)
+                ).fetchone()
+                if counts is not None and _costly_to_read(int(counts[0]), int(counts[1])):
+                    raise _LeaveToFts5(token)
                 rows = conn.execute(
                     f"SELECT doc, count(*) FROM {self._vocab} WHERE term = ? GROUP BY doc",
                     (token,),
@@ -558,7 +570,19 @@ def _best(ids: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, fl
     return [(int(ids[i]), float(scores[i])) for i in order]
 
 
-def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str) -> None:
+class _LeaveToFts5(Exception):
+    """A query term whose postings cost far more to read than FTS5 pays to rank it."""
+
+
+def _costly_to_read(rows: int, instances: int) -> bool:
+    """Reading a term's postings costs ~3 µs per instance (each occurrence is a row of the
+    fts5vocab table); FTS5 ranks it for ~2 µs per matching row. A term repeated many times
+    in each row it is in (a 10 MB message of a few words: 410k instances in 12k rows, 1.9 s
+    to read) is left to FTS5; ordinary text (a few instances a row) is read and cached."""
+    return instances > READ_INSTANCES_FREELY and instances > INSTANCES_PER_ROW * rows
+
+
+def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str, kind: str = "instance") -> None:
     """Create this connection's fts5vocab table over ``table`` (temp: never in the file)."""
     try:
         conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
@@ -570,7 +594,7 @@ def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str) -> None:
         conn.execute("PRAGMA query_only = OFF")
     try:
         conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, instance)"
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, {kind})"
         )
     finally:
         if query_only:
