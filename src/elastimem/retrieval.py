@@ -574,13 +574,9 @@ def _rank_chunks(
     scored: list[tuple[float, int, int]] = []
     for position, (cid, _session, created_at, importance) in enumerate(kept):
         relevance = fused[cid] + weights.neighbour * best_neighbour.get(cid, 0.0)
-        total = (
-            relevance
-            + weights.imp * (importance - 0.5)
-            + weights.rec * _recency_at(created_at, now_seconds, half_life)
-            + weights.graph * graph_scores.get(cid, (0.0,))[0]
-        )
-        scored.append((total, cid, position))
+        g = graph_scores.get(cid, (0.0,))[0]
+        imp, rec, graph_nudge = _nudges(weights, importance, created_at, g, half_life, now_seconds)
+        scored.append((relevance + imp + rec + graph_nudge, cid, position))
     scored.sort(key=lambda item: (-item[0], -item[1]))
     out: list[_Candidate] = []
     for _total, cid, position in scored[: max(k, 0)]:
@@ -717,10 +713,27 @@ def _rank_facts(
 
 
 def _finish_scores(c: _Candidate, weights: Weights, half_life: float, now: datetime) -> None:
-    c.importance_nudge = weights.imp * (c.importance - 0.5)
-    c.recency_nudge = weights.rec * _recency_at(c.created_at, _now_seconds(now), half_life)
-    c.graph_nudge = weights.graph * c.g
+    c.importance_nudge, c.recency_nudge, c.graph_nudge = _nudges(
+        weights, c.importance, c.created_at, c.g, half_life, _now_seconds(now)
+    )
     c.total = c.relevance + c.importance_nudge + c.recency_nudge + c.graph_nudge
+
+
+def _nudges(
+    weights: Weights,
+    importance: float,
+    created_at: str,
+    g: float,
+    half_life: float,
+    now_seconds: float,
+) -> tuple[float, float, float]:
+    """The importance, recency and graph nudges of §5.6 (one formula for ranking every
+    candidate and for the breakdowns of the few kept)."""
+    return (
+        weights.imp * (importance - 0.5),
+        weights.rec * _recency_at(created_at, now_seconds, half_life),
+        weights.graph * g,
+    )
 
 
 @functools.lru_cache(maxsize=8)
