@@ -99,7 +99,9 @@ def test_split_candidates_hold_the_exact_top_n(rows: int, masked: bool) -> None:
     margin = 1e-4
     scorer = RowScorer(3)
     try:
-        split = scorer.candidates(matrix, query, mask, n, margin)
+        split = scorer.candidates(
+            rows, lambda start, end: row_scores(matrix[start:end], query), mask, n, margin
+        )
     finally:
         scorer.close()
     whole = candidates(row_scores(matrix, query), mask, n, margin)

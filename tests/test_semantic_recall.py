@@ -307,6 +307,27 @@ def test_an_unusable_query_vector_skips_only_the_vector_leg(
             assert all(c.vector == 0 for c in mem.explain("greyhound").chunk_breakdowns)
 
 
+def test_a_reopened_store_checks_query_vectors_against_the_stored_dimension(
+    make_store: Factory,
+) -> None:
+    """A new instance has embedded nothing yet, so the active dimension is the stored one
+    (read in the ranking's snapshot): a query vector of another size skips only the vector
+    leg; the right size uses it."""
+    embedder = HashEmbedder()
+    first = make_store(embedder=embedder)
+    fill(first)
+    first.close()
+    wrong = make_store(embedder=embedder, query_embedder=lambda text: [1.0] * (embedder.dim - 1))
+    hits = wrong.recall("greyhound Biscuit")
+    assert hits and "greyhound" in hits[0].text
+    for c in wrong.explain("greyhound").chunk_breakdowns:
+        # Ranked as if there were no vector leg: the keyword weight is not diluted.
+        assert c.vector == 0 and c.fused_relevance == pytest.approx(c.fts + c.neighbour)
+    wrong.close()
+    right = make_store(embedder=embedder)
+    assert any(c.vector > 0 for c in right.explain("greyhound").chunk_breakdowns)
+
+
 def test_a_raising_query_embedder_warns_once(
     make_store: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:

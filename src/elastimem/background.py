@@ -445,16 +445,17 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
     if watchdog.stuck:
         return None  # an earlier query embedding has not returned: keyword legs only
     pending = None
+    # The dimension this instance fixed, if it embedded anything yet; otherwise the stored
+    # one is read in the ranking's own snapshot (below) rather than in a read of its own.
+    known_dim = source.dims.get(label)
     try:
-        dim = source.dims.get(label)
-        if dim is None:
-            with services.db.read() as conn:
-                dim = active_dim(services, conn, label)
         # A cached vector needs no call, so no helper thread either. Otherwise the query
         # is embedded on a helper thread while the keyword legs run (see rank).
-        query = source.query_cache.get(label, dim, text)
+        query = source.query_cache.get(label, known_dim, text)
         if query is None:
-            pending = watchdog.start(QUERY_EMBED_TIMEOUT_SECONDS, source.query_vector, text, dim)
+            pending = watchdog.start(
+                QUERY_EMBED_TIMEOUT_SECONDS, source.query_vector, text, known_dim
+            )
     except Exception as exc:  # a CallTimeout too: warned once, then at debug level
         source.warn_query_failure(exc)
         return None
@@ -472,6 +473,9 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
                 return None
         if vector is None:
             return None  # no query vector: the ranking runs without this leg
+        dim = known_dim if known_dim is not None else active_dim(services, conn, label)
+        if dim is not None and vector.shape[0] != dim:
+            return None  # not the stored vectors' dimension: as if there were no leg
         return vectors.search(conn, vector, label, filters, n)
 
     return leg

@@ -1,15 +1,16 @@
-"""Exact vector search over the resident matrix, on more than one core.
+"""Vector scans over the resident rows, on more than one core.
 
-A matrix-vector product over the resident vectors is bound by memory bandwidth, and one
-core here reads about 9 GB/s: 10k × 384 float32 rows take ~1.6 ms, 100k ~18 ms. Two cores
-read nearly twice as fast, so :class:`RowScorer` cuts the matrix into slices, one per
-core, scores each and picks its candidates on a helper thread, and does the last slice on
-the calling thread.
+A scan over every resident row is bound by memory bandwidth (one core here reads about
+9 GB/s), so :class:`RowScorer` cuts the rows into slices, one per core, scores each and
+picks its candidates on a helper thread, and does the last slice on the calling thread.
+What a slice is scored with is the caller's: the vector index passes the int8 kernel of
+``quantized.py``; the LITE stream scores float32 blocks with :func:`row_scores`.
 
 Why not BLAS: ``matrix @ query`` runs OpenBLAS's own threads, which keep spinning after
 each call and take cores from the host's model while it generates; numpy's ``einsum``
-loop is single-threaded and releases the GIL, so plain threads split it. The helpers
-block on a queue between calls (no spinning) and end after ``IDLE_SECONDS`` unused.
+loop and numkong's kernels are single-threaded and release the GIL, so plain threads split
+them. The helpers block on a queue between calls (no spinning) and end after
+``IDLE_SECONDS`` unused.
 """
 
 from __future__ import annotations
@@ -101,24 +102,24 @@ class RowScorer:
 
     def candidates(
         self,
-        matrix: np.ndarray,
-        query: np.ndarray,
+        rows: int,
+        score: Callable[[int, int], np.ndarray],
         mask: np.ndarray | None,
         n: int,
         margin: float,
     ) -> np.ndarray:
-        """:func:`candidates` over the whole matrix, each slice choosing its own.
+        """:func:`candidates` over rows ``0..rows``, each slice choosing its own.
 
-        A slice's ``n``-th best is never above the matrix's, so each slice keeps a
-        superset of its share of the rows the whole matrix would keep: the union still
-        holds the exact top ``n`` (the caller re-scores it exactly).
+        ``score(start, end)`` gives the scores of rows ``start..end``. A slice's ``n``-th
+        best is never above the whole set's, so each slice keeps a superset of its share of
+        the rows the whole set would keep: the union still holds the exact top ``n`` (the
+        caller re-scores it exactly).
         """
-        bounds = self._bounds(matrix.shape[0])
+        bounds = self._bounds(rows)
 
         def slice_candidates(start: int, end: int) -> np.ndarray:
             part_mask = None if mask is None else mask[start:end]
-            found = candidates(row_scores(matrix[start:end], query), part_mask, n, margin)
-            return found + start
+            return candidates(score(start, end), part_mask, n, margin) + start
 
         parts = self._run(
             [

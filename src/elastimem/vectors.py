@@ -7,24 +7,25 @@ dimension, caches query vectors and marks a host embedder failed after 3 straigh
 ``VectorIndex`` answers "the top n chunks by cosine", considering only rows whose label
 *and* dimension match the active embedder:
 
-* **numpy** (the default and the reference): a float32 matrix of the L2-normalised
-  vectors, with parallel arrays of chunk id, session id and creation time, loaded lazily.
-  It stays in sync with the table through two meta counters: every vector write bumps
-  ``vectors.seq`` and stamps ``chunks.embed_seq``; every delete or re-embed bumps
-  ``vectors.gen``. Before each query a changed ``gen`` means a full reload and a higher
-  ``seq`` means loading only the rows with a newer ``embed_seq``.
+* **numpy** (the default and the reference): the L2-normalised vectors held as two-level
+  int8 codes (``quantized.py``: about half the bytes of float32), with parallel arrays of
+  chunk id, session id and creation time, loaded lazily. It stays in sync with the table
+  through two meta counters: every vector write bumps ``vectors.seq`` and stamps
+  ``chunks.embed_seq``; every delete or re-embed bumps ``vectors.gen``. Before each query a
+  changed ``gen`` means a full reload and a higher ``seq`` means loading only the rows
+  with a newer ``embed_seq``.
 * **numpy-stream** (LITE): the matrix is freed and each query streams 4096-row blocks from
   SQLite instead, with identical results.
 * **hnsw** (extra ``vec``, ``ann.py``): used when ``vector_backend="hnsw"``, or ``"auto"``
   with at least ``ann_min_rows`` current vectors. Candidates are over-fetched from the graph,
-  looked up in the numpy matrix (kept in sync as above, so the graph never has the last
-  word on what exists) and re-scored exactly from it; while the graph is (re)built on the
-  worker, numpy answers alone. The graph is persisted in ``ann_index`` (see ``ann.py``).
+  looked up in the resident rows (kept in sync as above, so the graph never has the last
+  word on what exists) and re-scored exactly; while the graph is (re)built on the worker,
+  numpy answers alone. The graph is persisted in ``ann_index`` (see ``ann.py``).
 
-Scores are exact and identical across backends: a float32 matrix product picks the
-candidates (with a margin that covers its rounding), then :func:`exact_scores` re-scores
-them in float64, row by row, independently of where a row sits in memory. Results are
-ordered by ``(-score, id)``.
+Scores are exact and identical across backends: the codes' proven error bounds pick the
+candidates (the LITE stream: a float32 product with a margin that covers its rounding),
+then :func:`exact_scores` re-scores them from the stored float32 vectors in float64, row by
+row, independently of where a row sits in memory. Results are ordered by ``(-score, id)``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from . import ann as ann_module
+from . import quantized
 from .config import ElastimemConfig
 from .db import Database, get_meta, get_meta_int
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
@@ -327,7 +329,8 @@ class VectorIndex:
         self._seq = -1
         self._count = 0
         self._max_id = 0
-        self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
+        self._codes = quantized.empty_codes(dim or 0)
+        self._largest_coarse_error = 0.0  # the coarse bound's worst row (see quantized.py)
         self._ids = np.zeros(0, dtype=np.int64)
         self._sessions = np.zeros(0, dtype=np.int64)
         self._created = np.zeros(0, dtype=_TS_DTYPE)
@@ -348,9 +351,9 @@ class VectorIndex:
 
     @property
     def resident_bytes(self) -> int:
-        """Bytes held by the numpy matrix and its parallel arrays (0 when freed)."""
+        """Bytes held by the resident codes and their parallel arrays (0 when freed)."""
         return int(
-            self._matrix.nbytes
+            sum(array.nbytes for array in self._codes)
             + self._ids.nbytes
             + self._sessions.nbytes
             + self._created.nbytes
@@ -414,9 +417,9 @@ class VectorIndex:
                 return
 
     def _reserve(self, rows: int) -> None:
-        if rows <= self._matrix.shape[0]:
+        if rows <= self._ids.shape[0]:
             return
-        self._matrix = _grow(self._matrix, rows)
+        self._codes = quantized.Codes(*(_grow(array, rows) for array in self._codes))
         self._ids = _grow(self._ids, rows)
         self._sessions = _grow(self._sessions, rows)
         self._created = _grow(self._created, rows)
@@ -470,7 +473,9 @@ class VectorIndex:
             known = positions >= 0
             if known.any():
                 held = positions[known]
-                self._matrix[held] = vectors[known]
+                for array, new in zip(self._codes, quantized.encode(vectors[known])):
+                    array[held] = new
+                self._note_coarse_error()
                 self._sessions[held] = sessions[known]
                 self._created[held] = created[known]
                 keep = ~known
@@ -484,18 +489,25 @@ class VectorIndex:
         if count == 0:
             return
         needed = self._count + count
-        if needed > self._matrix.shape[0]:
+        if needed > self._ids.shape[0]:
             self._reserve(
                 max(needed, self._count + MIN_GROWTH_ROWS, int(self._count * GROWTH_FACTOR))
             )
         end = self._count + count
-        self._matrix[self._count : end] = vectors
+        for array, new in zip(self._codes, quantized.encode(vectors)):
+            array[self._count : end] = new
         self._ids[self._count : end] = ids
         self._sessions[self._count : end] = sessions
         self._created[self._count : end] = created
         self._pos[ids] = np.arange(self._count, end, dtype=np.int32)
         self._count = end
         self._max_id = max(self._max_id, int(ids.max()))
+        self._note_coarse_error()
+
+    def _note_coarse_error(self) -> None:
+        # Recomputed over every row (~0.1 ms at 100k): a replaced row may have held the max.
+        errors = self._codes.coarse_error[: self._count]
+        self._largest_coarse_error = float(errors.max()) if errors.size else 0.0
 
     # -- search ------------------------------------------------------------------------------
 
@@ -527,12 +539,43 @@ class VectorIndex:
             count = self._count
             if count == 0:
                 return []
-            matrix = self._matrix[:count]
-            ids = self._ids[:count]
             mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
-            picked = self._scorer.candidates(matrix, query, mask, n, _margin(dim))
-            best_ids, best_scores = _best(ids[picked], exact_scores(matrix[picked], query), n)
-            return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+            coded = quantized.encode_query(query)
+            return self._exact_top(conn, self._scan(coded, mask, n), query, coded, label, n)
+
+    def _scan(self, coded: quantized.QueryCode, mask: np.ndarray | None, n: int) -> np.ndarray:
+        """Rows the coarse bound cannot rule out of the top ``n`` (a superset of it)."""
+        coarse, scale = self._codes.coarse, self._codes.coarse_scale
+
+        def score(start: int, end: int) -> np.ndarray:
+            return quantized.coarse_scores(coarse[start:end], scale[start:end], coded)
+
+        margin = quantized.coarse_margin(self._largest_coarse_error, coded)
+        return self._scorer.candidates(self._count, score, mask, n, margin)
+
+    def _exact_top(
+        self,
+        conn: sqlite3.Connection,
+        rows: np.ndarray,
+        query: np.ndarray,
+        coded: quantized.QueryCode,
+        label: str,
+        n: int,
+    ) -> list[tuple[int, float]]:
+        """The top ``n`` of ``rows`` by exact cosine, ordered ``(-score, id)``.
+
+        The fine bound narrows the rows to the few that can be in the top ``n``; those are
+        re-scored from their float32 BLOBs, read in the caller's snapshot (the one the
+        resident rows were synced to, so the BLOBs are the vectors the codes came from).
+        """
+        if rows.size == 0:
+            return []
+        fine = quantized.fine_scores(self._codes, rows, coded)
+        largest = float(self._codes.fine_error[rows].max())
+        rows = rows[candidates(fine, None, n, quantized.fine_margin(largest, coded))]
+        ids, vectors = _read_vectors(conn, self._ids[rows], label, int(query.shape[0]))
+        best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
+        return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
     # -- HNSW --------------------------------------------------------------------------------
 
@@ -600,15 +643,23 @@ class VectorIndex:
                 return None
         if seq > ann.seq:
             self._ann_top_up(conn, ann, seq)
-        # Candidates are re-scored from the resident matrix: exact, and no per-query reads.
+        # Candidates are looked up in the resident rows (which decide what exists and pass
+        # the filters), narrowed with their codes and re-scored exactly.
         self._sync(conn, label, dim, gen, seq)
-        return self._ann_query(ann, query, filters, n)
+        return self._ann_query(conn, ann, query, label, filters, n)
 
     def _ann_query(
-        self, ann: ann_module.AnnIndex, query: np.ndarray, filters: Filters, n: int
+        self,
+        conn: sqlite3.Connection,
+        ann: ann_module.AnnIndex,
+        query: np.ndarray,
+        label: str,
+        filters: Filters,
+        n: int,
     ) -> list[tuple[int, float]]:
         """Over-fetch from the graph, keep rows held and passing the filters, re-score."""
         count = self._count
+        coded = quantized.encode_query(query)
         fetch = max(ANN_OVERFETCH * n, ANN_MIN_FETCH)
         while True:
             keys = ann.search(query, fetch)
@@ -622,13 +673,11 @@ class VectorIndex:
                 break
             if fetch * 2 > ANN_MAX_FETCH_SHARE * ann.size:
                 # The filters reject most of the graph: an exact scan is cheaper.
-                matrix = self._matrix[:count]
                 full_mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
-                rows = self._scorer.candidates(matrix, query, full_mask, n, _margin(query.shape[0]))
+                rows = self._scan(coded, full_mask, n)
                 break
             fetch *= 2
-        best_ids, best_scores = _best(self._ids[rows], exact_scores(self._matrix[rows], query), n)
-        return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+        return self._exact_top(conn, rows.astype(np.int64), query, coded, label, n)
 
     def _ann_top_up(self, conn: sqlite3.Connection, ann: ann_module.AnnIndex, seq: int) -> None:
         cursor = conn.execute(
@@ -749,6 +798,30 @@ def _search_streaming(
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
         best_ids, best_scores = _best(best_ids, best_scores, n)
     return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+
+
+def _read_vectors(
+    conn: sqlite3.Connection, ids: np.ndarray, label: str, dim: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stored float32 vectors of ``ids`` (rows of another model or size are left out)."""
+    found: list[int] = []
+    blobs: list[bytes] = []
+    size = dim * 4
+    wanted = [int(i) for i in ids]
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        for cid, blob in conn.execute(
+            # By rowid: the unary ``+`` keeps SQLite off idx_chunks_embedding, which would
+            # walk every row of the model.
+            "SELECT id, embedding FROM chunks WHERE +embedding_model = ? AND +embedding_dim = ? "
+            f"AND id IN ({','.join('?' * len(part))})",
+            (label, dim, *part),
+        ):
+            if blob is not None and len(blob) == size:
+                found.append(int(cid))
+                blobs.append(bytes(blob))
+    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(found), dim)
+    return np.asarray(found, dtype=np.int64), matrix
 
 
 def _rows_to_arrays(
