@@ -9,15 +9,25 @@ without it (``graph.build_signal`` answering None), interleaved query by query s
 both sides alike. Texts and names are generated from a fixed seed, so runs are comparable.
 
 Every query of the main set names an entity (the costly case); a second set names none (the
-common case, where only the seed scan runs). Each timing is taken twice: wall clock, and the
-CPU time of the calling thread, which leaves out the time other processes hold the core, so
-it stays comparable on a busy machine. The load average is printed before and after, and
-the timing starts once the worker has primed the keyword index. A third leg gives
-``recall`` the graph's answers worked out beforehand: what it adds is the ranking's share
-of the added time, which graph.py cannot remove. The parts below the paired rows are timed
-alone, back to back, with warm caches: inside a ``recall`` they cost more (the rest of the
-query has evicted their data from the CPU caches), so they sum to less than the paired
-figure.
+common case, where only the seed scan runs). Each pass times its own queries, never one
+timed before (``--queries`` per pass, entities drawn at random, so a query repeats an
+earlier one's entity only by chance, as in use): ``graph.build_signal`` keeps each node's
+edges and mentions while the graph is unchanged, and repeating queries would time those
+reads as free. The graph is not written during the timing, so that cache fills as queries
+reach nodes, and once ``graph.FULL_READ_FROM_QUERY`` queries have run under one graph stamp
+every edge is read at once (one query pays 20-40 ms; it shows in the mean, not the p50):
+the steady state between two writes. The row "first query after a graph write" gives every
+query an empty cache instead (and no kept fact ids), which is what a turn's first queries
+meet when the worker has written to the graph since the last ones.
+
+Each timing is taken twice: wall clock, and the CPU time of the calling thread, which leaves
+out the time other processes hold the core, so it stays comparable on a busy machine. The
+load average is printed before and after, and the timing starts once the worker has primed
+the keyword index. A third leg gives ``recall`` the graph's answers worked out beforehand:
+what it adds is the ranking's share of the added time, which graph.py cannot remove. The
+parts below the paired rows are timed alone, back to back, with warm caches: inside a
+``recall`` they cost more (the rest of the query has evicted their data from the CPU
+caches), so they sum to less than the paired figure.
 
     python benchmarks/graph_latency.py
     python benchmarks/graph_latency.py --exchanges 20000 --queries 500 --repeat 5
@@ -27,13 +37,16 @@ figure.
 
 Runs on a busy machine differ by up to 2x, so compare versions with ``--baseline``: it loads
 another graph.py beside the current one and times off / baseline / current query by query,
-in one process on one store.
+in one process on one store. A baseline whose ``build_signal`` cannot read inside the
+ranking's snapshot (no ``conn`` argument, as before schema v6) is timed as ``recall`` ran it
+then: in a read transaction of its own before the ranking's.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import os
 import random
 import statistics
@@ -184,14 +197,18 @@ def build(path: str, args: argparse.Namespace) -> tuple[elastimem.Elastimem, lis
             conn.execute(
                 "CREATE INDEX bench_edges_in ON graph_edges(target_node, source_node, weight)"
             )
-    # Half name only (the hop case: the keyword leg is cheap), half with a common word too.
+    # Half name only (the hop case: the keyword leg is cheap), half with a common word too;
+    # WARM_UP more for warming up, then --queries for each pass.
     queries = [
         f"what do I know about {rng.choice(names)}?"
         if i % 2
         else f"what did {rng.choice(names)} say about the {rng.choice(_WORDS[20:])}?"
-        for i in range(args.queries)
+        for i in range(WARM_UP + args.queries * max(1, args.repeat))
     ]
     return mem, queries
+
+
+WARM_UP = 20
 
 
 def plain_queries(count: int, seed: int) -> list[str]:
@@ -203,8 +220,37 @@ def plain_queries(count: int, seed: int) -> list[str]:
     ]
 
 
-def _no_signal(database: Any, text: object, hops: int) -> None:
+def _no_signal(database: Any, text: object, hops: int, *, conn: Any = None) -> None:
     return None
+
+
+@contextmanager
+def fresh_neighbourhoods() -> Iterator[None]:
+    """``build_signal`` as right after a graph write: nothing kept from earlier queries (and
+    nothing it reads kept for later ones)."""
+    original, original_facts = graph._neighbourhoods_for, graph._live_facts_for
+
+    def fresh(identity: Any, stamp: str | None, self_id: int) -> Any:
+        return None if stamp is None else graph._Neighbourhoods(stamp, self_id)
+
+    def fresh_facts(identity: Any, stamp: str) -> Any:
+        return graph._LiveFacts(stamp)
+
+    graph._neighbourhoods_for, graph._live_facts_for = fresh, fresh_facts
+    try:
+        yield
+    finally:
+        graph._neighbourhoods_for, graph._live_facts_for = original, original_facts
+
+
+def after_a_write(build_signal: Callable[..., Any]) -> Callable[..., Any]:
+    """``build_signal`` with nothing kept from earlier queries."""
+
+    def cold(database: Any, text: object, hops: int, *, conn: Any = None) -> Any:
+        with fresh_neighbourhoods():
+            return build_signal(database, text, hops, conn=conn)
+
+    return cold
 
 
 @contextmanager
@@ -230,7 +276,21 @@ def load_baseline(path: str) -> Callable[..., Any]:
     sys.modules[spec.name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
     build_signal: Callable[..., Any] = module.build_signal
-    return build_signal
+    if "conn" in inspect.signature(build_signal).parameters:
+        return build_signal
+
+    def own_transaction(database: Any, text: object, hops: int, *, conn: Any = None) -> Any:
+        """The older flow: the signal read in a transaction of its own, before the ranking's
+        (``recall`` calls this first thing in its read, so that one has read nothing yet)."""
+        if conn is None or database.is_memory:
+            return build_signal(database, text, hops)
+        conn.execute("COMMIT")
+        try:
+            return build_signal(database, text, hops)
+        finally:
+            conn.execute("BEGIN")
+
+    return own_transaction
 
 
 class Timings:
@@ -276,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2_000, help="graph nodes")
     parser.add_argument("--edges", type=int, default=5_000, help="graph edges")
     parser.add_argument("--facts", type=int, default=300, help="live facts")
-    parser.add_argument("--queries", type=int, default=200, help="distinct queries")
-    parser.add_argument("--repeat", type=int, default=3, help="passes over the queries")
+    parser.add_argument("--queries", type=int, default=200, help="queries per pass")
+    parser.add_argument("--repeat", type=int, default=3, help="passes, each with new queries")
     parser.add_argument("--skew", type=float, default=2.0, help="hub skew (1 = none)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--db", help="store path (default: a temporary file)")
@@ -299,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             results, reached = measure(
                 mem,
                 queries,
-                plain_queries(args.queries, args.seed),
+                plain_queries(len(queries), args.seed),
                 max(1, args.repeat),
                 load_baseline(args.baseline) if args.baseline else None,
             )
@@ -314,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         f"FTS {'on' if stats['fts_enabled'] else 'off'}; built in {build_s:.1f} s"
     )
     print(
-        f"queries: {len(queries)} naming an entity + {len(queries)} naming none, "
-        f"x {max(1, args.repeat)} passes, graph_hops 2, median reached nodes "
+        f"queries: {args.queries} naming an entity + {args.queries} naming none in each of "
+        f"{max(1, args.repeat)} passes (new queries each pass), graph_hops 2, median reached "
+        "nodes "
         f"{statistics.median(reached):.0f}"
     )
     print(f"load average (1, 5, 15 min): {load_before} before, {_load()} after")
@@ -338,27 +399,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 ADDED = "added by the graph (paired)"
+ADDED_COLD = "added, first query after a graph write (paired)"
 ADDED_PLAIN = "added, query naming none (paired)"
 ADDED_BASELINE = "added by the baseline graph.py (paired)"
 ADDED_ANSWERED = "  of which ranking the graph's candidates"
 
 
 def _paired(
-    mem: elastimem.Elastimem,
-    queries: list[str],
-    repeat: int,
-    legs: dict[str, Callable[..., Any]],
+    mem: elastimem.Elastimem, queries: list[str], legs: dict[str, Callable[..., Any]]
 ) -> dict[str, Timings]:
     """Timings of ``recall`` for each query under each ``build_signal`` in ``legs``, one
     after the other, the order rotating from query to query."""
     out = {name: Timings() for name in legs}
     names = list(legs)
-    for round_ in range(repeat):
-        for i, query in enumerate(queries):
-            shift = (i + round_) % len(names)
-            for name in names[shift:] + names[:shift]:
-                with graph_leg(legs[name]):
-                    out[name].time(partial(mem.recall, query))
+    for i, query in enumerate(queries):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            with graph_leg(legs[name]):
+                out[name].time(partial(mem.recall, query))
     return out
 
 
@@ -369,35 +427,42 @@ def measure(
     repeat: int,
     baseline: Callable[..., Any] | None = None,
 ) -> tuple[dict[str, Timings], list[float]]:
-    """Paired timings (the same query with the leg off, on, and on through ``baseline``), the
-    parts, and the number of nodes each query reaches."""
-    signals = {q: graph.build_signal(mem._db, q, 2) for q in queries}
-    answered = {q: _Answered(s) for q, s in signals.items() if s is not None}
+    """Paired timings (the same query with the leg off, on, on with nothing kept, and on
+    through ``baseline``), the parts, and the number of nodes each query reaches. The first
+    ``WARM_UP`` queries warm up; each query after them is timed in one pass only."""
+    warm_up, timed = queries[:WARM_UP], queries[WARM_UP:]
+    with fresh_neighbourhoods():  # worked out beforehand, but kept for no later query
+        signals = {q: graph.build_signal(mem._db, q, 2) for q in timed}
+        answered = {q: _Answered(s) for q, s in signals.items() if s is not None}
+    current = graph.build_signal
     legs: dict[str, Callable[..., Any]] = {
         "off": _no_signal,
-        "on": graph.build_signal,
-        "answered": lambda database, text, hops: answered.get(text),
+        "on": current,
+        "cold": after_a_write(current),
+        "answered": lambda database, text, hops, conn=None: answered.get(text),
     }
     if baseline is not None:
         legs["baseline"] = baseline
-    for query in queries[:20] + plain[:20]:  # warm the caches, statements and page cache
+    for query in warm_up + plain[:WARM_UP]:  # warm the caches, statements and page cache
         for build_signal in legs.values():
             with graph_leg(build_signal):
                 mem.recall(query)
-    with graph_leg(legs["answered"]):
-        for query in queries:  # work the answers out before the timing
+    with graph_leg(legs["answered"]), fresh_neighbourhoods():
+        for query in timed:  # work the answers out before the timing
             mem.recall(query)
     waited = settle(mem)
     print(f"waited {waited:.1f} s for the worker to prime the keyword index")
-    named = _paired(mem, queries, repeat, legs)
-    unnamed = _paired(mem, plain, repeat, {"off": _no_signal, "on": graph.build_signal})
+    named = _paired(mem, timed, legs)
+    unnamed = _paired(mem, plain[: len(timed)], {"off": _no_signal, "on": current})
     on, off = named["on"], named["off"]
     seeded = [q for q in plain if graph.build_signal(mem._db, q, 2) is not None]
     if seeded:
         print(f"warning: {len(seeded)} of the queries naming none found a seed: {seeded[:3]}")
     parts = {
         "build_signal (one read)": Timings(),
+        "build_signal, nothing kept": Timings(),
         "  expand (one query)": Timings(),
+        "  walk from kept edges": Timings(),
         "build_signal, query naming none": Timings(),
         "extra_chunks (10)": Timings(),
         "chunk_scores (60 ids)": Timings(),
@@ -408,15 +473,21 @@ def measure(
         index = graph._name_index(conn)
         facts = conn.execute("SELECT key, value FROM facts WHERE invalidated_at IS NULL").fetchall()
         chunk_ids = [int(r[0]) for r in conn.execute("SELECT id FROM chunks LIMIT 60")]
-    for query, text in zip(queries, plain, strict=True):
+    for query, text in zip(timed, plain[: len(timed)], strict=True):
         parts["build_signal (one read)"].time(partial(graph.build_signal, mem._db, query, 2))
+        with fresh_neighbourhoods():
+            parts["build_signal, nothing kept"].time(partial(graph.build_signal, mem._db, query, 2))
         parts["build_signal, query naming none"].time(partial(graph.build_signal, mem._db, text, 2))
-        found = signals[query]
+        found = graph.build_signal(mem._db, query, 2)  # through what the timing kept
         with mem._db.read() as conn:
             seeds = index.seeds(graph.word_tokens(query))
             parts["  expand (one query)"].time(
                 partial(graph.expand, conn, seeds, 2, self_id=index.self_id)
             )
+            stamp = graph._index_version(conn)[1]
+            kept = graph._neighbourhoods_for(index.identity, stamp, index.self_id or -1)
+            if kept is not None:
+                parts["  walk from kept edges"].time(partial(kept.walk, conn, seeds, 2))
             if found is None:
                 continue
             parts["extra_chunks (10)"].time(partial(found.extra_chunks, conn, Filters(), 10))
@@ -427,6 +498,7 @@ def measure(
         "recall, graph leg off": off,
         "recall, graph leg on": on,
         ADDED: on.minus(off),
+        ADDED_COLD: named["cold"].minus(off),
         ADDED_ANSWERED: named["answered"].minus(off),
         ADDED_PLAIN: unnamed["on"].minus(unnamed["off"]),
     }

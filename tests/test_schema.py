@@ -14,7 +14,13 @@ from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
 from tests.legacy_layouts import create_legacy_store
 
-SNAPSHOT = Path(__file__).parent / "data" / "schema_v5.sql"
+SNAPSHOT = Path(__file__).parent / "data" / "schema_v6.sql"
+SNAPSHOT_V5 = Path(__file__).parent / "data" / "schema_v5.sql"
+GRAPH_TRIGGERS = [
+    f"graph_stamp_{part}_{when}"
+    for part in ("nodes", "edges", "mentions")
+    for when in ("ai", "ad", "au")
+]
 
 
 def normalised_schema(path: Path) -> str:
@@ -68,7 +74,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
         hits = mem.recall("Lisbon")  # FTS rebuilt over the old rows
         assert any(h.kind == "chunk" and "Lisbon" in h.text for h in hits)
         stats = mem.stats()
-        assert stats["schema_version"] == 5
+        assert stats["schema_version"] == migrations.CURRENT_SCHEMA_VERSION == 6
         if version >= 2:
             # The old "user" node was folded into the self node; its edge survived on it.
             assert stats["graph_nodes"] == 1
@@ -76,7 +82,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
     conn = sqlite3.connect(path)
     try:
         ledger = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
-        assert ledger == [v for v in (2, 3, 4, 5) if v > version]
+        assert ledger == [v for v in (2, 3, 4, 5, 6) if v > version]
         kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
         assert kinds.count("migrated") == len(ledger)
         lessons = conn.execute("SELECT created_at, last_used_at FROM lessons").fetchone()
@@ -95,11 +101,11 @@ def test_fresh_store_records_creation(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        assert meta["schema_version"] == "5"
+        assert meta["schema_version"] == "6"
         assert meta["created_by"] == elastimem.__version__
         assert TIMESTAMP_PATTERN.match(meta["created_at"])
         assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
-            (5, "initial")
+            (6, "initial")
         ]
         assert [r[0] for r in conn.execute("SELECT kind FROM events")][:1] == ["created"]
     finally:
@@ -174,16 +180,16 @@ def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
         mem.remember("location", "Lisbon")
     conn = sqlite3.connect(old)  # back to v4 as an older elastimem left it
     with conn:
-        for name in ("facts_stamp_ai", "facts_stamp_ad", "facts_stamp_au"):
+        for name in ("facts_stamp_ai", "facts_stamp_ad", "facts_stamp_au", *GRAPH_TRIGGERS):
             conn.execute(f"DROP TRIGGER {name}")
-        conn.execute("DELETE FROM meta WHERE key IN ('facts.stamp')")
+        conn.execute("DELETE FROM meta WHERE key IN ('facts.stamp', 'graph.stamp')")
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
         conn.execute("UPDATE schema_migrations SET version = 4")
     conn.close()
     with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
         assert mem.facts() == {"location": "Lisbon"}
         mem.remember("location", "Porto")
-        assert mem.stats()["schema_version"] == 5
+        assert mem.stats()["schema_version"] == 6
     assert normalised_schema(old) == normalised_schema(fresh)
     conn = sqlite3.connect(old)
     try:
@@ -191,4 +197,86 @@ def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
         stamp = conn.execute("SELECT value FROM meta WHERE key = 'facts.stamp'").fetchone()
     finally:
         conn.close()
-    assert ledger == [4, 5] and stamp is not None
+    assert ledger == [4, 5, 6] and stamp is not None
+
+
+def back_to_v5(path: Path) -> None:
+    """What an elastimem of schema v5 left: no graph stamp triggers, no stamp."""
+    conn = sqlite3.connect(path)
+    with conn:
+        for name in GRAPH_TRIGGERS:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DELETE FROM meta WHERE key = 'graph.stamp'")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        conn.execute("UPDATE schema_migrations SET version = 5")
+    conn.close()
+
+
+def test_a_v5_store_migrates_to_v6_and_equals_a_fresh_one(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.db"
+    old = tmp_path / "v5.db"
+    open_and_close(fresh)
+    with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
+        mem.remember("location", "Lisbon")
+    back_to_v5(old)
+    assert normalised_schema(old) == SNAPSHOT_V5.read_text("utf-8")
+    with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"location": "Lisbon"}
+        assert mem.stats()["schema_version"] == 6
+    assert normalised_schema(old) == normalised_schema(fresh) == SNAPSHOT.read_text("utf-8")
+    conn = sqlite3.connect(old)
+    try:
+        ledger = conn.execute("SELECT version, name FROM schema_migrations ORDER BY 1").fetchall()
+        stamp = conn.execute("SELECT value FROM meta WHERE key = 'graph.stamp'").fetchone()
+    finally:
+        conn.close()
+    assert ledger == [(5, "initial"), (6, "m006_graph_stamp")]
+    assert stamp is not None and re.fullmatch(r"[0-9A-F]{16}", stamp[0])
+
+
+def graph_stamp(conn: sqlite3.Connection) -> str:
+    return str(conn.execute("SELECT value FROM meta WHERE key = 'graph.stamp'").fetchone()[0])
+
+
+def test_the_graph_stamp_changes_with_what_the_graph_leg_reads(tmp_path: Path) -> None:
+    path = tmp_path / "stamp.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("Tuffy runs on the Jetson", "Nice robot")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    now = "2025-01-01T00:00:00.000000Z"
+    stamps = [graph_stamp(conn)]
+
+    def changed(sql: str, *params: object) -> bool:
+        conn.execute(sql, params)
+        stamps.append(graph_stamp(conn))
+        return stamps[-1] != stamps[-2]
+
+    node = (
+        "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at) VALUES (?, ?, ?, ?)"
+    )
+    assert changed(node, "thing", "tuffy", now, now)
+    assert changed(node, "thing", "jetson", now, now)
+    a, b = (r[0] for r in conn.execute("SELECT id FROM graph_nodes WHERE type = 'thing'"))
+    chunk = conn.execute("SELECT id FROM chunks").fetchone()[0]
+    edge = (
+        "INSERT INTO graph_edges (source_node, target_node, relationship, created_at, "
+        "last_seen) VALUES (?, ?, 'runs_on', ?, ?)"
+    )
+    assert changed(edge, a, b, now, now)
+    assert changed("INSERT INTO graph_mentions VALUES (?, ?, ?)", a, chunk, now)
+    assert changed("UPDATE graph_nodes SET confidence = 0.9 WHERE id = ?", a)
+    assert changed("UPDATE graph_edges SET weight = 0.3")
+    assert changed(node, "thing", "cuda", now, now)
+    c = conn.execute("SELECT max(id) FROM graph_nodes").fetchone()[0]
+    assert changed("UPDATE graph_edges SET target_node = ? WHERE source_node = ?", c, a)
+    # Bookkeeping the graph leg does not read leaves it alone, and so do reads.
+    assert not changed("UPDATE graph_nodes SET updated_at = ?, mention_count = 3", now)
+    assert not changed("UPDATE graph_nodes SET cluster_id = 1, cluster_label = 'robots'")
+    assert not changed("UPDATE graph_edges SET last_seen = ?, seen_count = 2", now)
+    assert not changed("SELECT * FROM graph_nodes JOIN graph_edges JOIN graph_mentions")
+    assert changed("DELETE FROM graph_mentions")
+    assert changed("DELETE FROM graph_edges")
+    assert changed("DELETE FROM graph_nodes WHERE id = ?", b)
+    conn.close()
+    assert len(set(stamps)) == len(stamps) - 4

@@ -137,7 +137,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
     est = services.est
     sections = dict.fromkeys(SECTION_ORDER, "")
     fact_ids: list[int] = []
-    state: dict[str, Any] = {"terms": [], "signal": None, "leg": None}
+    state: dict[str, Any] = {"terms": [], "signal": None, "leg": None, "signal_read": False}
 
     def guarded(name: str, fn: Callable[[], None]) -> None:
         try:
@@ -149,21 +149,30 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if len(user_input.split()) >= config.min_retrieval_query_words:
             state["terms"] = query_terms(user_input)
         if state["terms"]:
-            from .background import graph_signal, vector_leg
+            from .background import vector_leg
 
             # Started first: the query is embedded on a helper thread while the facts
             # and the graph are read.
             state["leg"] = vector_leg(services, user_input, profile)
-            state["signal"] = graph_signal(services, user_input)
+
+    def signal_in(conn: Any) -> Any:
+        """The query's graph signal (None without terms), read once: inside the facts
+        step's read when it gets that far (one transaction fewer), else in one of its own."""
+        if state["terms"] and not state["signal_read"]:
+            from .background import graph_signal
+
+            state["signal_read"] = True
+            state["signal"] = graph_signal(services, user_input, conn)
+        return state["signal"]
 
     def user_facts() -> None:
-        lines, ids = _fact_lines(services, state["terms"], state["signal"])
+        lines, ids = _fact_lines(services, state["terms"], None, read_signal=signal_in)
         text, kept = fit_lines_indexed(lines, budgets.facts, est)
         sections["user_facts"] = text
         fact_ids.extend(ids[i] for i in kept)
 
     def graph_context() -> None:
-        signal = state["signal"]
+        signal = signal_in(None)
         if not state["terms"] or profile.graph_hops <= 0 or signal is None:
             return
         lines = _graph_lines(signal)
@@ -174,7 +183,8 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             return
         graph_tokens = est(sections["graph_context"]) if sections["graph_context"] else 0
         budget = max(0, budgets.episodic - graph_tokens)
-        hits = _past_hits(services, user_input, profile, session_id, state["signal"], state["leg"])
+        signal = signal_in(None)
+        hits = _past_hits(services, user_input, profile, session_id, signal, state["leg"])
         lines = [f"- [{h.date}] {one_line(h.text, PAST_MOMENT_CHARS)}" for h in hits]
         sections["relevant_past_moments"] = fit_lines(lines, budget, est)
 
@@ -236,8 +246,17 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
     )
 
 
-def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list[str], list[int]]:
-    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2)."""
+def _fact_lines(
+    services: Services,
+    terms: list[str],
+    signal: Any,
+    *,
+    read_signal: Callable[[Any], Any] | None = None,
+) -> tuple[list[str], list[int]]:
+    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2).
+
+    ``read_signal``: gives the graph signal, read through this step's connection (it then
+    stands for ``signal``)."""
     from .background import keyword_index
 
     half_life = services.config().fact_recency_half_life_days
@@ -255,6 +274,8 @@ def _fact_lines(services: Services, terms: list[str], signal: Any) -> tuple[list
                 index=indexes.facts if indexes is not None else None,
                 live_ids=[row[0] for row in live],
             )
+        if read_signal is not None:
+            signal = read_signal(conn)
     profile_facts = [row for row in live if row[3] == "profile"]
     notes = [row for row in live if row[3] != "profile"]
     order = _note_order(notes, relevance, signal, half_life, weights)

@@ -491,10 +491,12 @@ def run_link(services: Services, job: jobs.Job) -> None:
             graph.link_chunks(conn, ids)
 
 
-def graph_signal(services: Services, text: str) -> Any:
+def graph_signal(services: Services, text: str, conn: sqlite3.Connection | None = None) -> Any:
+    """The query's graph signal, read through ``conn`` when given (inside the caller's read
+    snapshot: one transaction fewer); a failure is logged and ranking goes on without it."""
     hops = services.profile().graph_hops
     try:
-        return graph.build_signal(services.db, text, hops)
+        return graph.build_signal(services.db, text, hops, conn=conn)
     except Exception as exc:
         logger.warning("graph expansion failed; ranking without it: %s", exc)
         return None

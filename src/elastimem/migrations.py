@@ -2,11 +2,12 @@
 
 A fresh file is created directly at ``CURRENT_SCHEMA_VERSION`` from the canonical DDL below.
 Older files walk the steps ``m002_graph`` → ``m003_clusters`` → ``m004_canonical`` →
-``m005_facts_stamp``, each in its own ``BEGIN IMMEDIATE`` together with its ledger row
-(``schema_migrations``), the new ``meta.schema_version`` and a ``migrated`` event.
+``m005_facts_stamp`` → ``m006_graph_stamp``, each in its own ``BEGIN IMMEDIATE`` together
+with its ledger row (``schema_migrations``), the new ``meta.schema_version`` and a
+``migrated`` event.
 ``m004_canonical`` rebuilds every table from the canonical DDL, so a migrated store and a
 fresh one have byte-identical schemas; a test compares both with the checked-in snapshot
-``tests/data/schema_v5.sql``.
+``tests/data/schema_v6.sql``.
 
 v5 (a departure from SPEC §4.2's v4, which it extends): three triggers that set
 ``meta.facts.stamp`` to a new random value whenever a fact is added, deleted, or changed in
@@ -14,6 +15,13 @@ a column ``build_context`` reads (never on a touch). ``build_context`` reads eve
 on every turn; the stamp lets it keep them between turns, whichever process wrote (0.7 of
 ~4.5 ms a turn at 200 facts). A random value rather than a counter: an import that rebuilds
 ``meta`` can never bring back a stamp a cache holds.
+
+v6: the same for the graph. Triggers on ``graph_nodes``, ``graph_edges`` and
+``graph_mentions`` set ``meta.graph.stamp`` to a new random value on any insert, delete, or
+change of a column the graph leg of a query reads (a node's id, type and confidence, an edge's
+endpoints and weight, a mention's node and chunk); ``graph.gen`` only moves with names.
+``graph.build_signal`` keeps each node's edges and mentions while the stamp holds, so a
+query walks and scores the nodes an earlier query reached without reading them again.
 
 The FTS tables are not part of these steps: they depend on whether this SQLite build has FTS5
 and are reconciled on every open (``db.reconcile_fts``).
@@ -27,7 +35,7 @@ from collections.abc import Callable
 
 from .clock import canonicalize_legacy_ts, now_ts
 
-CURRENT_SCHEMA_VERSION = 5
+CURRENT_SCHEMA_VERSION = 6
 SELF_NODE_NAME = "@self"
 
 # One statement per table, in foreign-key order. The text is the schema contract: keep the
@@ -267,6 +275,31 @@ TRIGGERS_V5: tuple[str, ...] = (
     f"valid_from, invalidated_at, archived ON facts BEGIN {_NEW_STAMP}; END",
 )
 
+# Any change to what the graph leg of a query reads gives ``graph.stamp`` a new value (see the
+# module doc). Node upserts touch ``confidence`` (so they change it), but the bookkeeping
+# columns alone (``updated_at``, counts, importance, names, clusters) leave it alone.
+GRAPH_STAMP_KEY = "graph.stamp"
+_NEW_GRAPH_STAMP = (
+    f"INSERT OR REPLACE INTO meta (key, value) VALUES ('{GRAPH_STAMP_KEY}', hex(randomblob(8)))"
+)
+_GRAPH_STAMPED = (  # (trigger name part, table, the columns the graph leg reads)
+    ("nodes", "graph_nodes", "id, type, confidence"),
+    ("edges", "graph_edges", "source_node, target_node, weight"),
+    ("mentions", "graph_mentions", "node_id, chunk_id"),
+)
+TRIGGERS_V6: tuple[str, ...] = tuple(
+    ddl
+    for part, table, columns in _GRAPH_STAMPED
+    for ddl in (
+        f"CREATE TRIGGER graph_stamp_{part}_ai AFTER INSERT ON {table} "
+        f"BEGIN {_NEW_GRAPH_STAMP}; END",
+        f"CREATE TRIGGER graph_stamp_{part}_ad AFTER DELETE ON {table} "
+        f"BEGIN {_NEW_GRAPH_STAMP}; END",
+        f"CREATE TRIGGER graph_stamp_{part}_au AFTER UPDATE OF {columns} ON {table} "
+        f"BEGIN {_NEW_GRAPH_STAMP}; END",
+    )
+)
+
 
 def create_fresh(conn: sqlite3.Connection) -> None:
     """Create every table, index and trigger of the current schema (inside the caller's
@@ -275,7 +308,7 @@ def create_fresh(conn: sqlite3.Connection) -> None:
         conn.execute(ddl)
     for ddl in INDEXES_V4:
         conn.execute(ddl)
-    for ddl in TRIGGERS_V5:
+    for ddl in (*TRIGGERS_V5, *TRIGGERS_V6):
         conn.execute(ddl)
     ensure_self_node(conn)
 
@@ -380,6 +413,13 @@ def m005_facts_stamp(conn: sqlite3.Connection) -> None:
         conn.execute(ddl)
 
 
+def m006_graph_stamp(conn: sqlite3.Connection) -> None:
+    """v5 → v6: the triggers that keep ``meta.graph.stamp``, and a first stamp."""
+    for ddl in TRIGGERS_V6:
+        conn.execute(ddl)
+    conn.execute(_NEW_GRAPH_STAMP)
+
+
 def _fold_user_node_into_self(conn: sqlite3.Connection) -> None:
     self_id = ensure_self_node(conn)
     user_nodes = [
@@ -408,6 +448,7 @@ STEPS: tuple[tuple[int, str, Step], ...] = (
     (3, "m003_clusters", m003_clusters),
     (4, "m004_canonical", m004_canonical),
     (5, "m005_facts_stamp", m005_facts_stamp),
+    (6, "m006_graph_stamp", m006_graph_stamp),
 )
 
 

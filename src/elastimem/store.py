@@ -596,8 +596,9 @@ class Elastimem:
             hops = self._governor.profile.graph_hops
             if k <= 0:
                 return ExplainResult(text, hops)
-            signal = background.graph_signal(self._services, text)
-            ranking = self._rank(text, k, VALID_KINDS, retrieval.Filters(), signal=signal)
+            ranking, signal = self._rank_and_signal(text, k, VALID_KINDS, retrieval.Filters())
+            if signal is self._UNSET:  # no ranking, so no signal read with it
+                signal = background.graph_signal(self._services, text)
             traversal = signal.traversal() if signal else []
             if ranking is None:
                 return ExplainResult(text, hops, graph_traversal=traversal)
@@ -619,19 +620,33 @@ class Elastimem:
         *,
         signal: Any = _UNSET,
     ) -> retrieval.Ranking | None:
+        return self._rank_and_signal(query, k, kinds, filters, signal=signal)[0]
+
+    def _rank_and_signal(
+        self,
+        query: object,
+        k: int,
+        kinds: frozenset[str],
+        filters: retrieval.Filters,
+        *,
+        signal: Any = _UNSET,
+    ) -> tuple[retrieval.Ranking | None, Any]:
+        """The ranking and the graph signal it used (``_UNSET`` when the query has no terms
+        and nothing was ranked). Unless given, the signal is read inside the ranking's own
+        read snapshot: one transaction per query instead of two."""
         text = _query_text(query)
         terms = query_terms(text)
         if not terms:
-            return None
+            return None, signal
         profile = self._governor.profile
         vector_leg = None
         if "chunk" in kinds:
             vector_leg = background.vector_leg(self._services, text, profile)
-        if signal is self._UNSET:
-            signal = background.graph_signal(self._services, text)
         config = self._config
         with self._db.read() as conn:
-            return retrieval.rank(
+            if signal is self._UNSET:
+                signal = background.graph_signal(self._services, text, conn)
+            ranking = retrieval.rank(
                 conn,
                 terms,
                 k=k,
@@ -644,6 +659,7 @@ class Elastimem:
                 graph=signal,
                 keyword_index=background.keyword_index(self._services, profile),
             )
+        return ranking, signal
 
     # -- context -----------------------------------------------------------------------------
 
