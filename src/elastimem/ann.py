@@ -1,11 +1,12 @@
 """The optional HNSW index (extra ``vec``, SPEC §4.4): a rebuildable cache over the vectors.
 
-The numpy matrix of ``vectors.py`` answers exactly; past a few hundred thousand rows a
-query costs tens of milliseconds, so very large stores can use an approximate index
-instead. :class:`AnnIndex` wraps a usearch HNSW graph over the chunk vectors of one
-``(label, dim)``. It is never a source of truth: it only proposes candidates, which
-``vectors.VectorIndex`` looks up in its matrix (in sync with ``chunks`` through the
-``vectors.gen``/``seq`` counters, so an erased chunk cannot come back) and re-scores exactly.
+The exact scan of ``vectors.py`` (int8 codes, ``quantized.py``) answers exactly; past a few
+hundred thousand rows a query costs tens of milliseconds, so very large stores can use an
+approximate index instead. :class:`AnnIndex` wraps a usearch HNSW graph over the chunk
+vectors of one ``(label, dim)``. It is never a source of truth: it only proposes candidates,
+which ``vectors.VectorIndex`` looks up in its resident rows (in sync with ``chunks`` through
+the ``vectors.gen``/``seq`` counters, so an erased chunk cannot come back) and re-scores
+exactly.
 
 The graph is persisted inside the store file, in ``ann_index(label, dim, seq, gen, data,
 built_at)``: ``gen`` and ``seq`` are the ``vectors.gen`` / ``vectors.seq`` counters the
@@ -63,7 +64,7 @@ CONNECTIVITY = 32
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 400
 WIDTH_REFERENCE_ROWS = 100_000
-# Stored as int8 inside the graph: candidates are re-scored from the float32 matrix anyway,
+# Stored as int8 inside the graph: candidates are re-scored exactly from the float32 BLOBs,
 # and recall@10 after re-scoring was identical for i8, f16 and f32 (0.9735 at 100k in a
 # first probe), while i8 builds 2x faster than f32 and keeps a 1M-row snapshot (~660 MB at
 # connectivity 32) under SQLite's 1 GB BLOB limit; f32 would not fit.
