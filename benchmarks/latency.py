@@ -277,7 +277,9 @@ def time_record_turn(
             times.append(time.perf_counter() - t0)
         while not mem.drain(60):
             pass
-        mem.end_session(wait=False)
+        # Waited for: otherwise the session-end jobs (consolidation over the whole store)
+        # run on the next instance's worker while its recalls are being timed.
+        mem.end_session(wait=True, timeout=600)
     return {
         "record_turn_p50_ms": pct(times, 50),
         "record_turn_p95_ms": pct(times, 95),
