@@ -216,7 +216,7 @@ def serve(
         kw["tier_override"] = tier
     # The handler is in place before the store opens, so a SIGTERM at any point after this
     # line unwinds through the ``finally`` that closes it.
-    with _sigterm_stops():
+    with _sigterm_stops() as terminated:
         try:
             mem = Elastimem(db_path, **kw)
         except KeyboardInterrupt:
@@ -227,6 +227,12 @@ def serve(
             server.run("stdio")
         except KeyboardInterrupt:
             pass
+        except BaseException:
+            # A SIGTERM raises where the main thread happens to be. Inside anyio's own
+            # bookkeeping it surfaces wrapped (an ExceptionGroup, or "Attempted to exit a
+            # cancel scope that isn't the current task's"): still the stop that was asked.
+            if not terminated.fired:
+                raise
         finally:
             mem.close()
             logger.info("elastimem MCP server stopped; store closed")
@@ -236,24 +242,27 @@ class _Terminated(KeyboardInterrupt):
     """Raised by the SIGTERM handler so the event loop unwinds like on Ctrl-C."""
 
 
-@contextmanager
-def _sigterm_stops() -> Iterator[None]:
-    """Turn the first SIGTERM into ``_Terminated``; ignore repeats while shutting down."""
-    main = threading.current_thread() is threading.main_thread()
-    if not main or not hasattr(signal, "SIGTERM"):
-        yield
-        return
+class _TermState:
     fired = False
 
+
+@contextmanager
+def _sigterm_stops() -> Iterator[_TermState]:
+    """Turn the first SIGTERM into ``_Terminated``; ignore repeats while shutting down."""
+    state = _TermState()
+    main = threading.current_thread() is threading.main_thread()
+    if not main or not hasattr(signal, "SIGTERM"):
+        yield state
+        return
+
     def stop(signum: int, frame: Any) -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
+        if not state.fired:
+            state.fired = True
             raise _Terminated()
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        yield
+        yield state
     finally:
         signal.signal(signal.SIGTERM, previous)
 
