@@ -330,7 +330,7 @@ def chunk_id(mem: elastimem.Elastimem, marker: str) -> int:
 
 def top5(mem: elastimem.Elastimem, question: str, hops: int) -> list[int]:
     signal = graph.build_signal(mem._db, question, hops)
-    ranking = mem._rank(question, 5, frozenset({"chunk"}), Filters(), signal=signal)
+    ranking, _ = mem._rank(question, 5, frozenset({"chunk"}), Filters(), signal=signal)
     return [h.id for h in (ranking.hits if ranking else [])]  # type: ignore[misc]
 
 

@@ -578,7 +578,7 @@ class Elastimem:
         if k <= 0:
             return []
         try:
-            ranking = self._rank(query, k, wanted, filters)
+            ranking, _signal = self._rank(query, k, wanted, filters)
             return ranking.hits if ranking else []
         except ClosedError:
             raise
@@ -596,7 +596,7 @@ class Elastimem:
             hops = self._governor.profile.graph_hops
             if k <= 0:
                 return ExplainResult(text, hops)
-            ranking, signal = self._rank_and_signal(text, k, VALID_KINDS, retrieval.Filters())
+            ranking, signal = self._rank(text, k, VALID_KINDS, retrieval.Filters())
             if signal is self._UNSET:  # no ranking, so no signal read with it
                 signal = background.graph_signal(self._services, text)
             traversal = signal.traversal() if signal else []
@@ -612,17 +612,6 @@ class Elastimem:
     _UNSET: Any = object()
 
     def _rank(
-        self,
-        query: object,
-        k: int,
-        kinds: frozenset[str],
-        filters: retrieval.Filters,
-        *,
-        signal: Any = _UNSET,
-    ) -> retrieval.Ranking | None:
-        return self._rank_and_signal(query, k, kinds, filters, signal=signal)[0]
-
-    def _rank_and_signal(
         self,
         query: object,
         k: int,
