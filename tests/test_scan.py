@@ -101,7 +101,7 @@ def test_split_candidates_hold_the_exact_top_n(rows: int, masked: bool) -> None:
     try:
         split = scorer.candidates(
             rows, lambda start, end: row_scores(matrix[start:end], query), mask, n, margin
-        )
+        )()
     finally:
         scorer.close()
     whole = candidates(row_scores(matrix, query), mask, n, margin)
@@ -111,6 +111,59 @@ def test_split_candidates_hold_the_exact_top_n(rows: int, masked: bool) -> None:
     if mask is not None:
         assert mask[split].all()
     assert len(split) <= 3 * n + rows // 7 + 3  # a few per slice, plus the tied copies
+
+
+@pytest.mark.parametrize(
+    ("rows", "threads", "overlapped"),
+    [
+        (1_000, 2, True),  # one slice: a helper scans while the caller works
+        (PARALLEL_MIN_ROWS + 1_000, 3, True),  # two slices, three cores: still one spare
+        (PARALLEL_MIN_ROWS + 1_000, 2, False),  # a slice per core: nothing left to overlap
+        (1_000, 1, False),  # one core
+    ],
+)
+def test_a_started_scan_runs_beside_the_caller_only_when_a_core_is_spare(
+    rows: int, threads: int, overlapped: bool
+) -> None:
+    rng = np.random.default_rng(rows)
+    matrix = rng.standard_normal((rows, 16)).astype(np.float32)
+    query = rng.standard_normal(16).astype(np.float32)
+    scanned_on: set[str] = set()
+    released = threading.Event()
+
+    def score(start: int, end: int) -> np.ndarray:
+        scanned_on.add(threading.current_thread().name)
+        if overlapped:
+            assert released.wait(10)  # still scanning after start_candidates returned
+        return row_scores(matrix[start:end], query)
+
+    scorer = RowScorer(threads)
+    try:
+        wait = scorer.candidates(rows, score, None, 10, 1e-4, beside=True)
+        released.set()
+        got = wait()
+    finally:
+        scorer.close()
+    whole = candidates(row_scores(matrix, query), None, 10, 1e-4)
+    assert set(whole.tolist()) <= set(got.tolist())
+    if overlapped:
+        assert scanned_on == {"elastimem-scan"}
+    else:
+        assert threading.main_thread().name in scanned_on
+
+
+def test_a_started_scan_raises_its_helper_error_when_waited_for() -> None:
+    scorer = RowScorer(2)
+
+    def broken(start: int, end: int) -> np.ndarray:
+        raise ValueError("bad slice")
+
+    try:
+        wait = scorer.candidates(100, broken, None, 5, 0.0, beside=True)
+        with pytest.raises(ValueError, match="bad slice"):
+            wait()
+    finally:
+        scorer.close()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -375,6 +375,101 @@ def test_the_query_is_embedded_while_the_keyword_legs_run(
     assert any(c.vector > 0 for c in mem.explain("dentist appointment").chunk_breakdowns)
 
 
+def test_a_quick_query_embedding_is_waited_for_before_the_keyword_legs(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the query embedder has shown it answers in well under
+    QUERY_EMBED_OVERLAP_MIN_SECONDS, recall waits for its vector first: two threads taking
+    turns with the GIL cost more than so short a call saves. (The threshold is raised so
+    that a 20 ms call counts as quick: without the wait, the keyword leg would come first.)"""
+    from elastimem import background, retrieval
+
+    passages = HashEmbedder()
+    order: list[str] = []
+
+    def quick_query(text: str) -> Any:
+        time.sleep(0.02)  # "quick" under the patched threshold, yet slower than the legs
+        order.append("embedded")
+        return passages([text])[0]
+
+    real_leg = retrieval.chunk_fts_leg
+
+    def noting_leg(*args: Any, **kwargs: Any) -> dict[int, float]:
+        order.append("keyword")
+        return real_leg(*args, **kwargs)
+
+    monkeypatch.setattr(retrieval, "chunk_fts_leg", noting_leg)
+    monkeypatch.setattr(background, "QUERY_EMBED_OVERLAP_MIN_SECONDS", 60.0)
+    mem = make_store(embedder=passages, query_embedder=quick_query)
+    fill(mem)
+    mem.recall("greyhound from the shelter")  # the first call: its duration is unknown
+    for query in ("dentist appointment", "Berlin marathon", "mushroom risotto"):
+        order.clear()
+        hits = mem.recall(query)
+        assert order == ["embedded", "keyword"]
+        assert hits and any(c.vector > 0 for c in mem.explain(query).chunk_breakdowns)
+
+
+def test_the_vector_scan_runs_beside_the_keyword_legs(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the query vector at hand, recall starts the exact scan on a scan helper and
+    runs the keyword legs meanwhile: the scan below can only end once the keyword leg has
+    begun (real threads)."""
+    from elastimem import quantized, retrieval
+
+    mem = make_store(embedder=HashEmbedder())
+    fill(mem)
+    mem.recall("greyhound from the shelter")  # loads the index; times the query embedder
+    keyword_started = threading.Event()
+    scanned_on: list[str] = []
+    real_scores, real_leg = quantized.coarse_scores, retrieval.chunk_fts_leg
+
+    def waiting_scores(*args: Any) -> Any:
+        scanned_on.append(threading.current_thread().name)
+        assert keyword_started.wait(10)
+        return real_scores(*args)
+
+    def noting_leg(*args: Any, **kwargs: Any) -> dict[int, float]:
+        keyword_started.set()
+        return real_leg(*args, **kwargs)
+
+    monkeypatch.setattr(quantized, "coarse_scores", waiting_scores)
+    monkeypatch.setattr(retrieval, "chunk_fts_leg", noting_leg)
+    hits = mem.recall("dentist appointment on Thursday")
+    assert hits and "dentist" in hits[0].text
+    assert scanned_on == ["elastimem-scan"]
+
+
+def test_a_failing_keyword_leg_still_finishes_the_started_vector_leg(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The started vector search holds the index until it is finished: a keyword leg that
+    raises must not leave it held, or the next recall would wait forever."""
+    from elastimem import retrieval
+
+    mem = make_store(embedder=HashEmbedder())
+    fill(mem)
+    mem.recall("greyhound from the shelter")
+    real_leg = retrieval.chunk_fts_leg
+
+    def broken_leg(*args: Any, **kwargs: Any) -> dict[int, float]:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(retrieval, "chunk_fts_leg", broken_leg)
+    with caplog.at_level(logging.ERROR, logger="elastimem"):
+        assert mem.recall("dentist appointment on Thursday") == []
+    assert "recall failed" in caplog.text
+    monkeypatch.setattr(retrieval, "chunk_fts_leg", real_leg)
+    answered: list[Any] = []
+    later = threading.Thread(
+        target=lambda: answered.append(mem.recall("marathon training in Berlin")), daemon=True
+    )
+    later.start()
+    later.join(10)
+    assert answered and answered[0] and "marathon" in answered[0][0].text
+
+
 def test_a_failed_query_embedding_ranks_as_if_there_were_no_vector_leg(
     make_store: Factory,
 ) -> None:

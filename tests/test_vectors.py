@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,43 @@ def test_exact_top_k_matches_brute_force(database: db_module.Database) -> None:
     index = index_for(database)
     for query in unit_rows(rng, 20, 32):
         assert search(index, database, query, 50) == reference(database, query, 50)
+
+
+def test_a_started_search_holds_the_index_until_it_is_finished(
+    database: db_module.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start_search scans beside the caller and keeps the index locked until the finisher
+    runs (so the rows scanned are the rows re-scored); the finisher unlocks it once, even
+    when it raises (real threads)."""
+    rng = np.random.default_rng(21)
+    add_chunks(database, unit_rows(rng, 500, 16))
+    index = index_for(database)
+    query, other = unit_rows(rng, 2, 16)
+    expected = reference(database, query, 20)
+    with database.read() as conn:
+        finish = index.start_search(conn, query, LABEL, NO_FILTERS, 20)
+        answered = threading.Event()
+        rival = threading.Thread(
+            target=lambda: (search(index, database, other, 5), answered.set()), daemon=True
+        )
+        rival.start()
+        assert not answered.wait(0.3)  # another search waits for the finisher
+        assert finish() == expected
+        with pytest.raises(RuntimeError, match="finished twice"):
+            finish()
+    assert answered.wait(10)
+    rival.join(10)
+
+    def broken(*args: Any) -> list[tuple[int, float]]:
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(index, "_exact_top", broken)
+    with database.read() as conn:
+        finish = index.start_search(conn, query, LABEL, NO_FILTERS, 20)
+        with pytest.raises(OSError):
+            finish()
+    monkeypatch.undo()
+    assert search(index, database, query, 20) == expected  # unlocked
 
 
 def test_ties_are_ordered_by_id(database: db_module.Database) -> None:

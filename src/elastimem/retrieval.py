@@ -150,9 +150,13 @@ class Filters:
         return sql, params
 
 
-# (conn, filters, n) -> [(chunk_id, cosine)], best first, filters applied before the cut;
-# None when the query could not be embedded (the ranking then runs without the leg).
-VectorLeg = Callable[[sqlite3.Connection, Filters, int], list[tuple[int, float]] | None]
+# What finishes a started vector leg: [(chunk_id, cosine)], best first, filters applied
+# before the cut; None when the query could not be embedded (the ranking then runs without
+# the leg). Called once, in the snapshot the leg was started in.
+VectorFinish = Callable[[], list[tuple[int, float]] | None]
+# (conn, filters, n) -> its finisher. Starting the leg before the keyword legs and finishing
+# it after lets the vector scan run on another core meanwhile.
+VectorLeg = Callable[[sqlite3.Connection, Filters, int], VectorFinish]
 
 
 class GraphSignal(Protocol):
@@ -530,22 +534,20 @@ def _rank_chunks(
     k: int,
 ) -> list[_Candidate]:
     """The best ``k`` chunk candidates, best first (only they can be hits or explained)."""
-    vector_leg, graph = legs.vector_leg, legs.graph
-    if legs.fts_enabled:
-        keyword = chunk_fts_leg(conn, terms, filters, FTS_CANDIDATES, index=legs.keyword_index)
-    else:
-        keyword = chunk_like_leg(conn, terms, filters)
+    graph = legs.graph
+    finish = _start_vector_leg(conn, filters, legs.vector_leg)
+    try:
+        if legs.fts_enabled:
+            keyword = chunk_fts_leg(conn, terms, filters, FTS_CANDIDATES, index=legs.keyword_index)
+        else:
+            keyword = chunk_like_leg(conn, terms, filters)
+    finally:  # a started leg is always finished: it holds the vector index until then
+        found = _finish_vector_leg(finish)
     vector: dict[int, float] = {}
     weight_sum = weights.fts
-    if vector_leg is not None:
-        try:
-            found = vector_leg(conn, filters, VECTOR_CANDIDATES)
-        except Exception as exc:  # the vector leg failing must never cost the keyword hits
-            logger.warning("vector leg failed; using keyword results only: %s", exc)
-            found = []
-        if found is not None:  # None: no query vector after all, as if there were no leg
-            weight_sum += weights.vec
-            vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
+    if found is not None:  # None: no leg, or no query vector after all
+        weight_sum += weights.vec
+        vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
     ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
@@ -599,6 +601,28 @@ def _rank_chunks(
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
     return out
+
+
+def _start_vector_leg(
+    conn: sqlite3.Connection, filters: Filters, leg: VectorLeg | None
+) -> VectorFinish | None:
+    if leg is None:
+        return None
+    try:
+        return leg(conn, filters, VECTOR_CANDIDATES)
+    except Exception as exc:  # the vector leg failing must never cost the keyword hits
+        logger.warning("vector leg failed; using keyword results only: %s", exc)
+        return list
+
+
+def _finish_vector_leg(finish: VectorFinish | None) -> list[tuple[int, float]] | None:
+    if finish is None:
+        return None
+    try:
+        return finish()
+    except Exception as exc:
+        logger.warning("vector leg failed; using keyword results only: %s", exc)
+        return []
 
 
 def _fetch_chunks(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, float]]:

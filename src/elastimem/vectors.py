@@ -30,9 +30,11 @@ row, independently of where a row sits in memory. Results are ordered by ``(-sco
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,6 +98,9 @@ class EmbeddingSource:
         # The vector leg asked the worker to load the built-in model (once per instance).
         self.load_requested = False
         self._query_warned = False
+        # Wall seconds of the last query embedding that ran (not a cache hit), measured on
+        # the thread that ran it; None until one has run.
+        self.last_query_seconds: float | None = None
 
     @property
     def is_host(self) -> bool:
@@ -205,6 +210,7 @@ class EmbeddingSource:
         if cached is not None:
             return cached
         raw: Any
+        started = time.perf_counter()
         if self.host_query is not None:
             raw = self.host_query(text)
         elif self.host_embed is not None:
@@ -213,6 +219,7 @@ class EmbeddingSource:
             raw = self.builtin.embed_query(text)
         else:
             return None
+        self.last_query_seconds = time.perf_counter() - started
         vector = to_unit_vector(raw, dim=dim)
         if vector is not None:
             self.query_cache.put(label, dim, text, vector)
@@ -519,38 +526,93 @@ class VectorIndex:
         n: int,
     ) -> list[tuple[int, float]]:
         """Top ``n`` chunks by cosine among rows passing ``filters``, ordered (−score, id)."""
+        return self.start_search(conn, query, label, filters, n, beside=False)()
+
+    def start_search(
+        self,
+        conn: sqlite3.Connection,
+        query: np.ndarray,
+        label: str,
+        filters: Filters,
+        n: int,
+        *,
+        beside: bool = True,
+    ) -> Callable[[], list[tuple[int, float]]]:
+        """:meth:`search` in two steps: this call starts the exact scan (``beside``: on the
+        scan's helper threads when a core is spare) and returns what finishes it, to be
+        called exactly once, in the same read snapshot (the caller works meanwhile: recall
+        runs its keyword legs).
+
+        The index stays locked from here until the finisher returns, so the rows scanned
+        are the rows re-scored; the finisher unlocks it even when it raises.
+        """
         query = np.ascontiguousarray(query, dtype=np.float32).reshape(-1)
         dim = int(query.shape[0])
         if n <= 0 or dim == 0:
-            return []
-        with self._lock:
-            if self._streaming:
-                self._warn_if_other_models(conn, label, dim)
-                return _search_streaming(conn, query, label, dim, filters, n)
-            gen, seq = _counters(conn)
-            if self._wants_ann(conn, label, dim, gen, seq):
-                found = self._search_ann(conn, query, label, dim, gen, seq, filters, n)
-                if found is not None:
-                    return found
-            else:
-                self._ann = None
-            self._sync(conn, label, dim, gen, seq)
+            return list
+        self._lock.acquire()
+        try:
+            ready = self._answer_now(conn, query, label, dim, filters, n)
+            if ready is not None:
+                self._lock.release()
+                return functools.partial(list, ready)
             count = self._count
-            if count == 0:
-                return []
             mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
             coded = quantized.encode_query(query)
-            return self._exact_top(conn, self._scan(coded, mask, n), query, coded, label, n)
+            scanning = self._scan(coded, mask, n, beside=beside)
+        except BaseException:
+            self._lock.release()
+            raise
+        unlocked = False
 
-    def _scan(self, coded: quantized.QueryCode, mask: np.ndarray | None, n: int) -> np.ndarray:
-        """Rows the coarse bound cannot rule out of the top ``n`` (a superset of it)."""
+        def finish() -> list[tuple[int, float]]:
+            nonlocal unlocked
+            if unlocked:
+                raise RuntimeError("a vector search was finished twice")
+            try:
+                return self._exact_top(conn, scanning(), query, coded, label, n)
+            finally:
+                unlocked = True
+                self._lock.release()
+
+        return finish
+
+    def _answer_now(
+        self,
+        conn: sqlite3.Connection,
+        query: np.ndarray,
+        label: str,
+        dim: int,
+        filters: Filters,
+        n: int,
+    ) -> list[tuple[int, float]] | None:
+        """The answer when no resident scan is needed (the LITE stream, HNSW, no rows);
+        otherwise None, with the resident rows synced to ``conn``'s snapshot."""
+        if self._streaming:
+            self._warn_if_other_models(conn, label, dim)
+            return _search_streaming(conn, query, label, dim, filters, n)
+        gen, seq = _counters(conn)
+        if self._wants_ann(conn, label, dim, gen, seq):
+            found = self._search_ann(conn, query, label, dim, gen, seq, filters, n)
+            if found is not None:
+                return found
+        else:
+            self._ann = None
+        self._sync(conn, label, dim, gen, seq)
+        return [] if self._count == 0 else None
+
+    def _scan(
+        self, coded: quantized.QueryCode, mask: np.ndarray | None, n: int, *, beside: bool = False
+    ) -> Callable[[], np.ndarray]:
+        """Rows the coarse bound cannot rule out of the top ``n`` (a superset of it), from
+        the callable returned (see RowScorer.candidates for ``beside``)."""
         coarse, scale = self._codes.coarse, self._codes.coarse_scale
 
         def score(start: int, end: int) -> np.ndarray:
             return quantized.coarse_scores(coarse[start:end], scale[start:end], coded)
 
         margin = quantized.coarse_margin(self._largest_coarse_error, coded)
-        return self._scorer.candidates(self._count, score, mask, n, margin)
+        return self._scorer.candidates(self._count, score, mask, n, margin, beside=beside)
 
     def _exact_top(
         self,
@@ -673,7 +735,7 @@ class VectorIndex:
             if fetch * 2 > ANN_MAX_FETCH_SHARE * ann.size:
                 # The filters reject most of the graph: an exact scan is cheaper.
                 full_mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
-                rows = self._scan(coded, full_mask, n)
+                rows = self._scan(coded, full_mask, n)()
                 break
             fetch *= 2
         return self._exact_top(conn, rows.astype(np.int64), query, coded, label, n)
