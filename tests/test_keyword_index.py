@@ -218,6 +218,27 @@ def test_the_postings_cache_is_bounded(
     assert index.cached_entries <= max(50, 4 * rows) + 2 * rows  # one term may exceed alone
 
 
+def test_a_full_term_cache_never_drops_the_terms_of_the_query_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the store had seen TERM_CACHE distinct query terms, a query mixing its oldest
+    cached term with new ones evicted that term before reading it, and recall failed with a
+    KeyError (found by the latency benchmark after ~2,400 queries)."""
+    monkeypatch.setattr(keyword_index, "TERM_CACHE", 4)
+    terms = keyword_index.TermTokens()
+    try:
+        assert terms.tokens(["cat", "dog", "fox", "owl"]) == ["cat", "dog", "fox", "owl"]
+        # "cat" is the least recently used entry; two new terms push two entries out.
+        assert terms.tokens(["cat", "yak", "ant"]) == ["cat", "yak", "ant"]
+        assert terms.tokens(["cat", "ant"]) == ["cat", "ant"]
+        # More distinct terms than the cache holds, and repeats: all answered, in order.
+        many = ["elk", "gnu", "hen", "bat", "cow", "pig", "elk"]
+        assert terms.tokens(many) == many
+        assert terms.tokens(["Running", "two words"]) == ["run", None]
+    finally:
+        terms.close()
+
+
 def test_recall_ranks_alike_with_and_without_the_index(
     make_store: Callable[..., elastimem.Elastimem],
 ) -> None:

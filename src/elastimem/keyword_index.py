@@ -231,11 +231,15 @@ class TermTokens:
             new = [t for t in dict.fromkeys(terms) if t not in self._cache]
             for term, tokens in zip(new, self._tokenizer.tokens(new) if new else [], strict=True):
                 self._cache[term] = tokens[0] if len(tokens) == 1 else (None if tokens else "")
-            while len(self._cache) > TERM_CACHE:
-                self._cache.popitem(last=False)
+            # Read and refresh this query's terms before evicting: evicting first could drop
+            # one of them (an old term of the query, or any when it has more terms than the
+            # cache holds).
+            found = [self._cache[t] for t in terms]
             for term in terms:
                 self._cache.move_to_end(term)
-            return [self._cache[t] for t in terms]
+            while len(self._cache) > TERM_CACHE:
+                self._cache.popitem(last=False)
+            return found
 
     def close(self) -> None:
         with self._lock:
