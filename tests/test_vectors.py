@@ -320,6 +320,46 @@ def test_deletes_and_re_embeds_reload_through_gen(database: db_module.Database) 
     assert found == reference(database, query, 400)
 
 
+def test_rows_re_scored_before_are_not_read_again_and_never_stale(
+    database: db_module.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact re-score keeps the vectors it read (exact_cache.py): a repeated search
+    reads no BLOB, yet a row replaced in place (a newer embed_seq, same gen), a re-embed
+    and a delete (gen) are never answered from a kept vector."""
+    rng = np.random.default_rng(13)
+    ids = add_chunks(database, unit_rows(rng, 400, 16))
+    index = index_for(database)
+    read: list[int] = []
+    real = vectors_module._read_vectors
+
+    def counting(conn: Any, wanted: np.ndarray, label: str, dim: int) -> Any:
+        read.extend(int(i) for i in wanted)
+        return real(conn, wanted, label, dim)
+
+    monkeypatch.setattr(vectors_module, "_read_vectors", counting)
+    query = unit_rows(rng, 1, 16)[0]
+    first = search(index, database, query, 20)
+    assert first == reference(database, query, 20) and len(read) >= 20
+    read.clear()
+    assert search(index, database, query, 20) == first and read == []
+    # Replace the best row's vector in place: only seq moves, the row keeps its position.
+    best = first[0][0]
+    with database.atomic() as conn:
+        seq = db_module.get_meta_int(conn, "vectors.seq") + 1
+        conn.execute(
+            "UPDATE chunks SET embedding = ?, embed_seq = ? WHERE id = ?",
+            (np.asarray(-query, "<f4").tobytes(), seq, best),
+        )
+        db_module.set_meta(conn, "vectors.seq", seq)
+    assert search(index, database, query, 400) == reference(database, query, 400)
+    assert search(index, database, -query, 1) == [(best, pytest.approx(1.0))]
+    with database.atomic() as conn:
+        write_vectors(conn, [ids[5]], query[np.newaxis, :], LABEL)  # bumps gen
+        conn.execute("DELETE FROM chunks WHERE id = ?", (first[1][0],))
+        db_module.bump_meta(conn, "vectors.gen")
+    assert search(index, database, query, 20) == reference(database, query, 20)
+
+
 def test_memory_stays_within_0_6_times_the_raw_vectors(database: db_module.Database) -> None:
     """The issue's bound is 1.2 × N × dim × 4 bytes; the int8 codes hold ~0.53 of it."""
     rng = np.random.default_rng(9)

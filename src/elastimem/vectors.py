@@ -45,6 +45,7 @@ from . import quantized
 from .config import ElastimemConfig
 from .db import Database, get_meta, get_meta_int
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
+from .exact_cache import ExactVectorCache
 from .retrieval import Filters
 from .scan import RowScorer, candidates, row_scores
 
@@ -343,6 +344,9 @@ class VectorIndex:
         self._created = np.zeros(0, dtype=_TS_DTYPE)
         # Row of each chunk id (-1: not held): lookups for re-embeds and HNSW candidates.
         self._pos = np.zeros(0, dtype=np.int32)
+        # The float32 vectors of the rows re-scored last (dropped with everything else on
+        # a reload, see exact_cache.py).
+        self._exact = ExactVectorCache(dim or 0)
 
     def backend_name(self) -> str:
         """``numpy``, ``numpy-stream`` (LITE) or ``hnsw`` (the graph is answering)."""
@@ -365,6 +369,7 @@ class VectorIndex:
             + self._sessions.nbytes
             + self._created.nbytes
             + self._pos.nbytes
+            + self._exact.nbytes
         )
 
     @property
@@ -480,6 +485,7 @@ class VectorIndex:
             known = positions >= 0
             if known.any():
                 held = positions[known]
+                self._exact.drop(ids[known])  # their stored vectors were replaced
                 self._store_codes(held, quantized.encode(vectors[known]))
                 self._sessions[held] = sessions[known]
                 self._created[held] = created[known]
@@ -626,15 +632,21 @@ class VectorIndex:
         """The top ``n`` of ``rows`` by exact cosine, ordered ``(-score, id)``.
 
         The fine bound narrows the rows to the few that can be in the top ``n``; those are
-        re-scored from their float32 BLOBs, read in the caller's snapshot (the one the
-        resident rows were synced to, so the BLOBs are the vectors the codes came from).
+        re-scored from their float32 vectors: kept from an earlier search, or read from
+        their BLOBs in the caller's snapshot (the one the resident rows were synced to, so
+        the BLOBs are the vectors the codes came from).
         """
         if rows.size == 0:
             return []
         fine = quantized.fine_scores(self._codes, rows, coded)
         largest = float(self._codes.fine_error[rows].max())
         rows = rows[candidates(fine, None, n, quantized.fine_margin(largest, coded))]
-        ids, vectors = _read_vectors(conn, self._ids[rows], label, int(query.shape[0]))
+        kept_ids, kept, missing = self._exact.split(self._ids[rows])
+        ids, vectors = kept_ids, kept
+        if missing.size:
+            read_ids, read = _read_vectors(conn, missing, label, int(query.shape[0]))
+            self._exact.add(read_ids, read)
+            ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
         return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
