@@ -166,6 +166,57 @@ def test_erasing_a_session_drops_the_cache_and_stays_exact(
         assert_same_ranking(after, fts5_top(conn, terms, 50))
 
 
+@pytest.mark.parametrize("preload", [True, False])
+def test_an_erase_and_a_turn_of_the_same_length_are_seen(
+    make_store: Callable[..., elastimem.Elastimem],
+    monkeypatch: pytest.MonkeyPatch,
+    preload: bool,
+) -> None:
+    """Erasing a session and recording a turn as long as the erased one leaves FTS5's
+    averages record (rows, tokens) exactly as it was. The index used to take that for "no
+    change": the new turn was never found, and the erased turn's words still matched the
+    chunk that took its id. The structure record, which changes on every write, is
+    checked too (found by a soak)."""
+    if not preload:
+        monkeypatch.setattr(keyword_index, "PRELOAD_MAX_POSTINGS", 0)
+    mem = make_store(tier_override="full")
+    mem.record_turn("alpha bravo", "ok")
+    mem.end_session()
+    mem.record_turn("zulu yankee", "ok")
+    erased = mem.session_id
+    mem.end_session()
+    assert [h.text for h in mem.recall("zulu")] == ["User: zulu yankee\nAssistant: ok"]
+    mem.erase(session_id=erased)
+    mem.record_turn("charlie delta", "ok")  # takes the erased chunk's id
+    mem.end_session()
+    assert [h.text for h in mem.recall("charlie")] == ["User: charlie delta\nAssistant: ok"]
+    assert mem.recall("zulu yankee") == []
+
+
+def test_a_fact_erased_and_one_of_the_same_length_are_seen(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    """The same hole in the facts' index: erasing a fact and remembering one as long."""
+    mem = make_store(tier_override="full")
+    mem.remember("pet", "rex")
+    mem.remember("car", "volvo")
+    index = KeywordIndex(SMALL_FACTS)
+
+    def ranked(terms: list[str]) -> list[tuple[int, float]] | None:
+        with snapshot(store_path) as conn:
+            live = [r[0] for r in conn.execute(
+                "SELECT id FROM facts WHERE invalidated_at IS NULL AND archived = 0")]  # fmt: skip
+            ours = index.top(conn, terms, 5, only=live)
+            assert ours is not None
+            assert_same_ranking(ours, fts5_facts_top(conn, terms, 5))
+            return ours
+
+    assert ranked(["volvo"])
+    mem.erase(key="car")
+    mem.remember("boat", "yacht")  # as many tokens as "car volvo"
+    assert ranked(["yacht"]) and not ranked(["volvo"])
+
+
 def test_turns_written_by_another_process_are_seen(
     filled: elastimem.Elastimem, store_path: Path
 ) -> None:

@@ -24,11 +24,14 @@ versions, as FTS5 does, and keeps the live ones. A row spanning several columns 
 key and value) counts as FTS5 counts it: frequencies summed over the columns, the length
 of all of them.
 
-Staying in sync: FTS5's averages record (row count, total tokens) is read on every query
-(one rowid lookup). When it changed only by new chunks after the highest one cached — what
-``record_turn`` does — those chunks are tokenised with the same tokenizer in a private
-in-memory FTS5 table and their postings appended; any other change (erase, import,
-another process deleting) drops the cache, which refills on demand.
+Staying in sync: FTS5's averages record (row count, total tokens) and its structure record
+are read on every query (one statement, two rowid lookups). The structure record changes
+with every write to the index (it carries FTS5's count of segments written), so it says
+whether anything changed at all; the averages alone do not: an erase and a new turn of
+the same length leave them as they were. When the table changed only by new chunks after
+the highest one cached — what ``record_turn`` does — those chunks are tokenised with the
+same tokenizer in a private in-memory FTS5 table and their postings appended; any other
+change (erase, import, another process deleting) drops the cache, which refills on demand.
 
 Preloading: reading one term's postings costs ~0.1 ms (an fts5vocab cursor per term), so a
 question of four words never seen before paid ~0.5 ms before scoring. ``prime`` (run on the
@@ -56,6 +59,10 @@ logger = logging.getLogger("elastimem")
 
 K1 = 1.2
 B = 0.75
+# Rows of an FTS5 table's ``_data`` shadow table: the averages record and the structure
+# record (fixed ids in FTS5's file format).
+_AVERAGES_ID = 1
+_STRUCTURE_ID = 10
 # New rows since the last query are tokenised and appended up to this many; beyond it
 # (a bulk import, another process ingesting) refetching the postings is cheaper.
 APPEND_LIMIT = 512
@@ -263,7 +270,7 @@ class KeywordIndex:
 
     def _reset(self) -> None:
         self._resets += 1
-        self._averages: bytes | None = None
+        self._state: tuple[bytes, bytes] | None = None  # (averages, structure) cached
         self._rows = 0
         self._total_tokens = 0
         self._max_id = 0
@@ -294,10 +301,10 @@ class KeywordIndex:
             with self._lock:
                 if self._closed:
                     return None
-                averages = self._read_averages(conn)
-                if not any_size and _decode_averages(averages)[0] < self.table.min_rows:
+                state = self._read_state(conn)
+                if not any_size and _decode_averages(state[0])[0] < self.table.min_rows:
                     return None
-                if not self._sync(conn, averages):
+                if not self._sync(conn, state):
                     return None
                 if self._preloaded is not None and self._preloaded.catch_up is not None:
                     self._catch_up(conn, self._preloaded)
@@ -317,7 +324,7 @@ class KeywordIndex:
         """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
         work it only does for the index (one rowid lookup)."""
         try:
-            return _decode_averages(self._read_averages(conn))[0] >= self.table.min_rows
+            return _decode_averages(self._read_state(conn)[0])[0] >= self.table.min_rows
         except (sqlite3.Error, ValueError):
             return False
 
@@ -329,8 +336,8 @@ class KeywordIndex:
             with self._lock:
                 if self._closed:
                     return
-                averages = self._read_averages(conn)
-                if not self._sync(conn, averages) or not self.wants_preload:
+                state = self._read_state(conn)
+                if not self._sync(conn, state) or not self.wants_preload:
                     return
                 _ensure_vocab(conn, self._vocab, self.table.name)
                 resets, read_up_to = self._resets, self._max_id
@@ -379,23 +386,32 @@ class KeywordIndex:
 
     # -- keeping in sync ----------------------------------------------------------------------
 
-    def _read_averages(self, conn: sqlite3.Connection) -> bytes:
-        row = conn.execute(f"SELECT block FROM {self.table.name}_data WHERE id = 1").fetchone()
-        return bytes(row[0]) if row and row[0] is not None else b""
+    def _read_state(self, conn: sqlite3.Connection) -> tuple[bytes, bytes]:
+        """FTS5's ``(averages, structure)`` records (ids 1 and 10 of its ``_data`` table)."""
+        blocks = dict(
+            conn.execute(
+                f"SELECT id, block FROM {self.table.name}_data WHERE id IN "
+                f"({_AVERAGES_ID}, {_STRUCTURE_ID})"
+            ).fetchall()
+        )
+        return tuple(  # type: ignore[return-value]
+            bytes(blocks[i]) if blocks.get(i) is not None else b""
+            for i in (_AVERAGES_ID, _STRUCTURE_ID)
+        )
 
-    def _sync(self, conn: sqlite3.Connection, averages: bytes) -> bool:
-        if self._loaded and averages == self._averages:
+    def _sync(self, conn: sqlite3.Connection, state: tuple[bytes, bytes]) -> bool:
+        if self._loaded and state == self._state:
             return True
-        rows, total = _decode_averages(averages)
+        rows, total = _decode_averages(state[0])
         if self._loaded and self._append(conn, rows, total):
-            self._averages = averages
+            self._state = state
             return True
         self._reset()
         if self._load_lengths(conn) != rows:
             # FTS5 and its docsize table disagree (an index being rebuilt): let FTS5 answer.
             self._reset()
             return False
-        self._rows, self._total_tokens, self._averages = rows, total, averages
+        self._rows, self._total_tokens, self._state = rows, total, state
         self._loaded = True
         return True
 

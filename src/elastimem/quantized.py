@@ -20,8 +20,9 @@ ex``). Then for every row, by Cauchy–Schwarz:
 100k ~3.4 ms on both cores, against ~0.8 / ~10 ms for float32). Search keeps every row the
 coarse bound cannot rule out of the top n, narrows those with the fine bound (a few
 hundred rows, in float64), and re-scores the few left exactly from the float32 BLOBs in
-SQLite, the source of truth (or the copies exact_cache.py keeps of them). Rows sure to be out are never re-scored, and no row that
-could be in is dropped, so the answer is the exact top n of the stored vectors.
+SQLite, the source of truth (or the copies exact_cache.py keeps of them). Rows sure to be
+out are never re-scored, and no row that could be in is dropped, so the answer is the
+exact top n of the stored vectors.
 """
 
 from __future__ import annotations
