@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem import db
-from elastimem.errors import StoreError, StoreLockedError
+from elastimem.errors import StoreClosedError, StoreError, StoreLockedError
 from elastimem.text import sanitize
 
 
@@ -221,3 +223,119 @@ def test_sanitize_replaces_exactly_nul_and_surrogates(text: str) -> None:
     assert sanitize(text) == expected
     clean = sanitize(_Text(text))
     assert clean == expected and type(clean) is str
+
+
+# -- close() racing other threads ---------------------------------------------------------------
+
+
+def test_close_waits_for_a_read_running_on_another_thread(tmp_path: Path) -> None:
+    """A reader connection closed while another thread steps it can crash the process
+    (seen as a segfault by a soak): close() waits for the read, then closes it; later
+    reads raise StoreClosedError, which is both a ClosedError and a StoreError."""
+    store = db.open_store(tmp_path / "race.db")
+    inside, go_on, results = threading.Event(), threading.Event(), []
+
+    def reader() -> None:
+        with store.read() as conn:
+            inside.set()
+            assert go_on.wait(10)
+            results.append(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=store.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive()  # waiting for the read
+    go_on.set()
+    closer.join(10)
+    thread.join(10)
+    assert not closer.is_alive() and results and results[0] > 0
+    with pytest.raises(StoreClosedError) as raised, store.read():
+        pass
+    assert isinstance(raised.value, elastimem.ClosedError)
+    assert isinstance(raised.value, StoreError)
+
+
+def test_a_read_outliving_the_close_wait_closes_its_own_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db, "CLOSE_READ_WAIT_SECONDS", 0.05)
+    store = db.open_store(tmp_path / "slow.db")
+    inside, go_on, seen = threading.Event(), threading.Event(), []
+
+    def reader() -> None:
+        with store.read() as conn:
+            inside.set()
+            assert go_on.wait(10)
+            # close() gave up waiting, yet this connection is still open for this read.
+            seen.append(conn.execute("SELECT 1").fetchone()[0])
+            seen.append(conn)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert inside.wait(10)
+    store.close()  # returns after the short wait
+    go_on.set()
+    thread.join(10)
+    assert seen and seen[0] == 1
+    with pytest.raises(sqlite3.ProgrammingError):  # closed by its own thread at the end
+        seen[1].execute("SELECT 1")
+
+
+@pytest.mark.slow
+def test_closing_a_store_under_busy_threads_never_crashes(tmp_path: Path) -> None:
+    """Real threads inside recall, explain, build_context and record_turn while close()
+    runs: each ends with ClosedError, nothing is logged as an error, and the process
+    survives (run in a child, so a crash fails this test instead of the whole run)."""
+    script = f"""
+import logging, sys, threading, time
+import elastimem
+from tests.conftest import HashEmbedder
+errors = []
+class Catch(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.ERROR:
+            errors.append(record.getMessage())
+logging.getLogger("elastimem").addHandler(Catch())
+for round_ in range(4):
+    mem = elastimem.open(r"{tmp_path}/busy%d.db" % round_, embedder=HashEmbedder(32),
+                         disable_builtin_embedder=True, tier_override="full")
+    for i in range(150):
+        mem.record_turn(f"hello world item{{i}} blue green {{i % 7}} red", "ok")
+    mem.remember("pet", "rex")
+    others = []
+    def loop(kind):
+        while True:
+            try:
+                q = f"blue green rex item{{kind}}"
+                if kind < 3:
+                    (mem.build_context, mem.recall, mem.explain)[kind](q)
+                else:
+                    mem.record_turn(q, "ok")
+            except elastimem.ClosedError:
+                return
+            except Exception as exc:
+                others.append(repr(exc))
+                return
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3 + 0.1 * round_)
+    mem.close()
+    for t in threads:
+        t.join(30)
+    assert not others, others
+assert not errors, errors
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", script],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok"

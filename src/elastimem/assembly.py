@@ -19,6 +19,7 @@ import numpy as np
 
 from . import procedural, retrieval, semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
+from .errors import ClosedError
 from .governor import MemoryProfile
 from .text import one_line, query_terms
 
@@ -142,6 +143,9 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
     def guarded(name: str, fn: Callable[[], None]) -> None:
         try:
             fn()
+        except ClosedError:
+            # close() ran on another thread meanwhile: the plan is what is left, not a fault.
+            logger.debug("build_context: the %s step met a closed store", name)
         except Exception as exc:
             logger.error("build_context: the %s step failed: %s", name, exc)
 

@@ -19,6 +19,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from . import migrations
 from .clock import now_ts
-from .errors import SchemaTooNewError, StoreError, StoreLockedError
+from .errors import SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
 from .text import em_fold
 
 logger = logging.getLogger("elastimem")
@@ -39,6 +40,9 @@ FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 FTS_DISABLE_ENV_VAR = "ELASTIMEM_DISABLE_FTS"
 EVENTS_KEPT = 1000
 CACHE_KIB = 16_000
+# close() waits this long for reads running on other threads (a recall takes milliseconds;
+# an export streams for longer, and closes its own connection when it ends).
+CLOSE_READ_WAIT_SECONDS = 10.0
 MEMORY_PATH = ":memory:"
 
 # SQLite primary result codes (sqlite_errorcode & 0xff).
@@ -186,6 +190,9 @@ class Database:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_guard = threading.Lock()
+        # Readers inside read() now (a count per connection), and their going idle.
+        self._busy: dict[sqlite3.Connection, int] = {}
+        self._reads_done = threading.Condition(self._readers_guard)
         self._closed = False
 
     # -- transactions ------------------------------------------------------------------------
@@ -195,7 +202,7 @@ class Database:
         """The only way to write: BEGIN IMMEDIATE at the top, SAVEPOINT when nested."""
         with self._lock:
             if self._closed:
-                raise StoreError(f"{self.path} is closed")
+                raise StoreClosedError(f"{self.path} is closed")
             if self.read_only:
                 raise StoreError(
                     f"{self.path} is read-only for this process (the file or its folder cannot "
@@ -261,33 +268,57 @@ class Database:
         if self.is_memory or self.in_write():
             with self._lock:
                 if self._closed:
-                    raise StoreError(f"{self.path} is closed")
+                    raise StoreClosedError(f"{self.path} is closed")
                 try:
                     yield self._writer
                 except sqlite3.Error as exc:
                     raise translate_error(exc, self.path, "read") from exc
             return
-        conn = self._reader()
+        conn = self._begin_read()
         try:
-            conn.execute("BEGIN")
-        except sqlite3.Error as exc:
-            raise translate_error(exc, self.path, "read") from exc
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            raise translate_error(exc, self.path, "read") from exc
-        finally:
             try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                pass
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise translate_error(exc, self.path, "read") from exc
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise translate_error(exc, self.path, "read") from exc
+            finally:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    pass
+        finally:
+            self._end_read(conn)
+
+    def _begin_read(self) -> sqlite3.Connection:
+        """This thread's reader, marked busy: ``close()`` never closes a busy reader (a
+        connection closed while another thread steps it can crash the process)."""
+        conn = self._reader()
+        with self._readers_guard:
+            if self._closed:
+                raise StoreClosedError(f"{self.path} is closed")
+            self._busy[conn] = self._busy.get(conn, 0) + 1
+        return conn
+
+    def _end_read(self, conn: sqlite3.Connection) -> None:
+        with self._readers_guard:
+            left = self._busy.pop(conn, 1) - 1
+            if left > 0:
+                self._busy[conn] = left
+            elif self._closed:
+                # close() left this one to us; it may be waiting for us to finish.
+                _close_quietly(conn)
+            self._reads_done.notify_all()
 
     def _reader(self) -> sqlite3.Connection:
+        """This thread's reader connection, opened on its first read."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
         if self._closed:
-            raise StoreError(f"{self.path} is closed")
+            raise StoreClosedError(f"{self.path} is closed")
         try:
             conn = _connect(self.path, writer=False, read_only_uri=self.read_only_uri)
             # Readers never write: enforce it.
@@ -295,6 +326,9 @@ class Database:
         except sqlite3.Error as exc:
             raise translate_error(exc, self.path, "read") from exc
         with self._readers_guard:
+            if self._closed:
+                _close_quietly(conn)
+                raise StoreClosedError(f"{self.path} is closed")
             self._readers.append(conn)
         self._local.conn = conn
         return conn
@@ -305,7 +339,7 @@ class Database:
         """The writer outside ``atomic()``, for statements no transaction may hold
         (``PRAGMA secure_delete``, ``VACUUM``, checkpoints). The caller holds ``lock``."""
         if self._closed:
-            raise StoreError(f"{self.path} is closed")
+            raise StoreClosedError(f"{self.path} is closed")
         if self._depth:
             raise StoreError(f"{self.path}: the writer is inside atomic(); finish it first")
         return self._writer
@@ -328,21 +362,31 @@ class Database:
                 logger.debug("checkpoint(%s) of %s failed: %s", mode, self.path, exc)
 
     def close(self) -> None:
+        """Close the writer (after the write in progress, which holds the lock) and every
+        reader. Reads already running on other threads are waited for, up to
+        ``CLOSE_READ_WAIT_SECONDS``; a read still running then closes its own connection
+        when it ends. New reads and writes raise :class:`StoreClosedError`."""
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
-            try:
-                self._writer.close()
-            except sqlite3.Error:
-                pass
+            with self._readers_guard:
+                self._closed = True
+            _close_quietly(self._writer)
+        deadline = time.monotonic() + CLOSE_READ_WAIT_SECONDS
         with self._readers_guard:
+            while self._busy and time.monotonic() < deadline:
+                self._reads_done.wait(max(0.0, deadline - time.monotonic()))
             readers, self._readers = self._readers, []
-        for conn in readers:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
+            for conn in readers:
+                if conn not in self._busy:
+                    _close_quietly(conn)
+
+
+def _close_quietly(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except sqlite3.Error:
+        pass
 
 
 # -- meta and events ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ Every error derives from :class:`ElastimemError`; the tree is::
     │   ├── StoreLockedError(StoreError)                    busy/locked past the busy timeout
     │   └── SchemaTooNewError(StoreError, RuntimeError)     file from a newer elastimem
     ├── ClosedError(ElastimemError, RuntimeError)           any call after close()
+    │   └── StoreClosedError(ClosedError, StoreError)       a read or write racing close()
     ├── ImportFormatError(ElastimemError, ValueError)       bad export file or non-empty target
     ├── LLMError(ElastimemError)                            elastimem.llms adapters
     └── EmbedderError(ElastimemError)                       reindex
@@ -42,6 +43,11 @@ class SchemaTooNewError(StoreError, RuntimeError):
 
 class ClosedError(ElastimemError, RuntimeError):
     """A method was called after ``close()``."""
+
+
+class StoreClosedError(ClosedError, StoreError):
+    """The store's file was closed under a call that was already running (a call racing
+    ``close()`` on another thread); both a ``ClosedError`` and a ``StoreError``."""
 
 
 class ImportFormatError(ElastimemError, ValueError):
