@@ -223,6 +223,24 @@ def test_round_trip_is_lossless(
     assert again.lessons() == ["Ask before booking anything", "Keep answers short"]
 
 
+def test_an_imported_store_counts_its_vectors_before_embedding_anything(
+    rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path
+) -> None:
+    """The export leaves out local meta, the model's dimension included; the import
+    records it from the vectors, so stats() counts them as embedded (they were counted as
+    neither embedded nor stale until this instance embedded something; found by a soak)."""
+    rich.drain(30)
+    before = rich.stats()
+    assert before["embedded_chunks"] > 0
+    export_file = tmp_path / "backup.jsonl"
+    rich.export(export_file)
+    target = make_store(tmp_path / "target.db", embedder=HashEmbedder())
+    target.import_(export_file)
+    after = target.stats()
+    assert after["embedded_chunks"] == before["embedded_chunks"]
+    assert after["stale_embeddings"] == before["stale_embeddings"]
+
+
 def test_export_and_import_through_file_objects(
     rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path
 ) -> None:

@@ -752,10 +752,26 @@ def _finish_import(conn: sqlite3.Connection, database: db.Database, importer: _I
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
     if importer.max_embed_seq > db.get_meta_int(conn, "vectors.seq"):
         db.set_meta(conn, "vectors.seq", importer.max_embed_seq)
+    _record_vector_dims(conn)
     db.bump_meta(conn, "vectors.gen")
     db.bump_meta(conn, "graph.gen")
     db.bump_meta(conn, "writes_since_consolidation")
     db.log_event(conn, "import", rows=importer.rows, **importer.counts)
+
+
+def _record_vector_dims(conn: sqlite3.Connection) -> None:
+    """Record each imported model's dimension (``embedder.<label>.dim``, local meta the
+    export leaves out) as the one most of its vectors have, as its first embedding would
+    have: ``stats()`` counts embedded chunks against it, and a query vector of another
+    size is refused."""
+    for label, dim in conn.execute(
+        "SELECT embedding_model, embedding_dim FROM chunks WHERE embedding_model IS NOT NULL "
+        "AND embedding_dim IS NOT NULL GROUP BY embedding_model, embedding_dim "
+        "ORDER BY count(*) DESC, embedding_dim"
+    ).fetchall():
+        key = f"embedder.{label}.dim"
+        if db.get_meta(conn, key) is None:
+            db.set_meta(conn, key, int(dim))
 
 
 __all__ = ["erase", "export", "import_"]
