@@ -110,6 +110,10 @@ class Ledger:
     def read(self, out_file: Path) -> dict[str, str]:
         """Fold one child's acknowledgements in; returns the remembers still in flight."""
         pending: dict[str, str] = {}
+        if not out_file.exists():
+            # Killed early, before the forked child opened its output (seen on a loaded
+            # CI machine): it acknowledged nothing.
+            return pending
         for line in out_file.read_text(errors="replace").splitlines():
             tag, _, rest = line.partition(" ")
             if tag == "T":
