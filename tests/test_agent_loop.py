@@ -15,7 +15,7 @@ import pytest
 
 import elastimem
 from elastimem import Tier
-from tests.conftest import ScriptedLLM
+from tests.conftest import HashEmbedder, ScriptedLLM, wait_until
 
 EXTRACTION = json.dumps(
     {
@@ -153,6 +153,49 @@ def test_an_llm_that_raises_is_retried_then_failed(make_store: Any) -> None:
         ).fetchone()
     assert state == "queued" and attempts == 1 and "model crashed" in error and not_before
     assert mem.facts() == {}
+
+
+@pytest.mark.parametrize("escape", [SystemExit(1), KeyboardInterrupt()])
+def test_an_llm_raising_a_base_exception_fails_one_job_and_the_worker_goes_on(
+    make_store: Any, escape: BaseException
+) -> None:
+    """SystemExit or KeyboardInterrupt out of the host's llm (on the call's helper thread)
+    used to end the worker thread: every later job stalled and nothing was logged (found
+    by a soak). It is now one failed attempt, like any other error."""
+    calls: list[str] = []
+
+    def llm(prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        calls.append(prompt)
+        if len(calls) == 1:
+            raise escape
+        return "NONE"
+
+    mem = make_store(llm=llm, embedder=HashEmbedder(), tier_override="full")
+    mem.record_turn(LONG, "ok")
+    mem.drain(timeout=2)
+    with mem._db.read() as conn:
+        error = conn.execute("SELECT last_error FROM jobs WHERE kind = 'extract'").fetchone()[0]
+    assert "HostCallError" in error and type(escape).__name__ in error
+    assert any(t.name == "elastimem-worker" and t.is_alive() for t in threading.enumerate())
+    mem.record_turn("We planted tomatoes and basil along the new fence", "ok")
+    assert wait_until(lambda: mem.stats()["embedded_chunks"] == mem.stats()["chunks"] == 2)
+
+
+@pytest.mark.parametrize("reply", [42, b'{"facts": {"home_city": "Paris"}}', ["Paris"]])
+def test_a_reply_that_is_not_text_is_a_failed_call(make_store: Any, reply: Any) -> None:
+    """str() of a number or bytes was stored as a fact value or a summary."""
+    mem = make_store(llm=lambda prompt, **kw: reply, tier_override="full")
+    mem.remember("home_city", "Lyon")
+    mem.record_turn(LONG, "ok")
+    mem.record_turn("Then we moved on to the hedge behind the shed", "ok")
+    mem.end_session(wait=False)
+    mem.drain(timeout=2)
+    assert mem.facts() == {"home_city": "Lyon"}
+    with mem._db.read() as conn:
+        errors = [r[0] for r in conn.execute("SELECT last_error FROM jobs")]
+        summaries = [r[0] for r in conn.execute("SELECT summary FROM sessions")]
+    assert errors and all("not text" in (e or "") for e in errors)
+    assert summaries == [None]
 
 
 def test_foreground_blocks_background_llm_calls(make_store: Any) -> None:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from elastimem.gate import CallTimeout, Watchdog
+from elastimem.gate import CallTimeout, HostCallError, Watchdog
 from tests.conftest import wait_until
 
 
@@ -20,6 +20,21 @@ def test_calls_return_values_and_raise_errors_on_the_caller() -> None:
         assert watchdog.call(5, lambda a, b=0: a + b, 2, b=3) == 5
         with pytest.raises(ZeroDivisionError):
             watchdog.call(5, lambda: 1 / 0)
+    finally:
+        watchdog.close()
+
+
+def test_a_base_exception_from_the_callable_reaches_the_caller_as_a_failed_call() -> None:
+    watchdog = Watchdog("escapes")
+
+    def leave() -> None:
+        raise SystemExit(3)
+
+    try:
+        with pytest.raises(HostCallError, match="SystemExit") as raised:
+            watchdog.call(5, leave)
+        assert isinstance(raised.value.__cause__, SystemExit)
+        assert watchdog.call(5, lambda: "still here") == "still here"
     finally:
         watchdog.close()
 

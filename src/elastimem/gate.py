@@ -152,8 +152,21 @@ class _Call:
     def run(self) -> None:
         try:
             self.value = self.fn(*self.args, **self.kwargs)
-        except BaseException as exc:  # handed to the waiting thread
+        except Exception as exc:  # handed to the waiting thread
             self.error = exc
+        except BaseException as exc:
+            # SystemExit or KeyboardInterrupt out of a host callable on this helper thread
+            # is the callable's own doing (signals reach the main thread only). Handed on as
+            # it is, it would end the thread that waits, the worker included, and every
+            # background job would stall: it is a failed call like any other.
+            self.error = HostCallError(
+                f"{self.watchdog.what} raised {type(exc).__name__}; treated as a failed call"
+            )
+            self.error.__cause__ = exc
+
+
+class HostCallError(Exception):
+    """A host callable raised something that is not an ``Exception`` (see ``_Call.run``)."""
 
 
 class GateDeferred(Exception):
@@ -264,4 +277,10 @@ class LLMGate:
                 max_tokens=max_tokens,
                 temperature=temperature,
             )
-        return reply if isinstance(reply, str) else ("" if reply is None else str(reply))
+        if reply is None:
+            return ""
+        if not isinstance(reply, str):
+            # A number or bytes is no reply: str() of it was stored as a fact value or a
+            # summary. It counts as a failed call (the job's attempt fails, nothing is kept).
+            raise HostCallError(f"the LLM returned {type(reply).__name__}, not text")
+        return reply
