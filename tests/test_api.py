@@ -275,6 +275,17 @@ def test_logging_goes_only_to_the_elastimem_logger(
     assert out.out == "" and out.err == ""
 
 
+def test_integers_past_sqlite_range_are_clamped_not_an_overflow(mem: elastimem.Elastimem) -> None:
+    """Bound as they were, they raised a raw OverflowError (and the CLI a traceback)."""
+    mem.record_turn("the lighthouse keeper waved", "hello")
+    assert [s["id"] for s in mem.sessions(2**63)] == [mem.session_id]
+    assert mem.sessions(-(2**70)) == []
+    assert mem.erase(session_id=2**64)["sessions"] == 0
+    assert mem.erase(session_id=-(2**64))["sessions"] == 0
+    assert mem.recall("lighthouse keeper", k=2**80)
+    assert mem.explain("lighthouse keeper", k=2**80).chunk_breakdowns
+
+
 def test_argument_validation_raises_config_error(mem: elastimem.Elastimem) -> None:
     with pytest.raises(ConfigError):
         mem.remember(1, "x")  # type: ignore[arg-type]

@@ -541,6 +541,13 @@ def test_bad_arguments(mem: elastimem.Elastimem, tmp_path: Path) -> None:
         mem.export(42)
     with pytest.raises(elastimem.StoreError):
         mem.export(tmp_path / "no" / "such" / "folder" / "x.jsonl")
+    # A folder or an empty path: a clear error, not a raw OSError, and no temp file left.
+    (tmp_path / "a_folder").mkdir()
+    with pytest.raises(elastimem.StoreError, match="is a folder"):
+        mem.export(tmp_path / "a_folder")
+    with pytest.raises(ImportFormatError, match="empty path"):
+        mem.export("")
+    assert not [p for p in tmp_path.rglob(".elastimem-export-*")]
 
 
 def test_a_failed_export_leaves_no_partial_file(

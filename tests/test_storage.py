@@ -339,3 +339,18 @@ print("ok")
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_a_folder_this_user_may_not_search_is_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stat() of the store path fails with EACCES under a folder without search permission
+    (root ignores permissions, so the refusal is simulated); it raised a raw
+    PermissionError from the constructor, and the CLI printed a traceback."""
+
+    def refuse(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_dir", refuse)
+    with pytest.raises(StoreError, match="cannot reach .*Permission denied"):
+        elastimem.open(tmp_path / "locked" / "memory.db", disable_builtin_embedder=True)

@@ -523,9 +523,14 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
             f"cannot create the folder {target.parent} for the store ({exc.strerror}); "
             "choose a writable location"
         ) from exc
-    if target.is_dir():
-        raise StoreError(f"{target} is a folder; pass the path of a store file inside it")
-    return str(target.resolve())
+    try:
+        if target.is_dir():
+            raise StoreError(f"{target} is a folder; pass the path of a store file inside it")
+        return str(target.resolve())
+    except OSError as exc:  # a folder on the way this user may not search
+        raise StoreError(
+            f"cannot reach {target} ({exc.strerror}); check the permissions of its folders"
+        ) from exc
 
 
 def _probe(conn: sqlite3.Connection) -> None:

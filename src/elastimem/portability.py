@@ -324,6 +324,10 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
 
     if isinstance(path_or_file, (str, os.PathLike)):
         target = os.path.expanduser(os.fspath(path_or_file))
+        if not target:
+            raise ImportFormatError("cannot export to an empty path; pass a file path")
+        if os.path.isdir(target):
+            raise StoreError(f"cannot write the export to {target}: it is a folder; name a file")
         folder = os.path.dirname(os.path.abspath(target))
         # Write beside the target and rename at the end, so a failed export never leaves a
         # half-written file under the requested name.
@@ -334,7 +338,10 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
         try:
             with os.fdopen(fd, "wb") as handle:
                 counts = _export_to(services, _ByteSink(handle), __version__)
-            os.replace(temp, target)
+            try:
+                os.replace(temp, target)
+            except OSError as exc:  # e.g. a folder created under that name meanwhile
+                raise StoreError(f"cannot write the export to {target} ({exc.strerror})") from exc
         except BaseException:
             with suppress(OSError):
                 os.unlink(temp)

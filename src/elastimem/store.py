@@ -862,9 +862,14 @@ def _parse_at(value: object, name: str) -> str | None:
 
 
 def _int_arg(value: object, name: str) -> int:
+    """An integer argument, clamped to SQLite's 64-bit range: a count past it means "all",
+    an id past it names nothing (bound unclamped, it raised OverflowError)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name}={value!r} is invalid; pass an integer")
-    return value
+    return max(_INT64_MIN, min(_INT64_MAX, value))
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _parse_kinds(kinds: Iterable[str] | None) -> frozenset[str]:
