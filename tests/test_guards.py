@@ -10,6 +10,7 @@ from elastimem.guards import (
     MAX_VALUE_LENGTH,
     PLACEHOLDER_VALUES,
     REASON_EMPTY,
+    REASON_FRAGMENT,
     REASON_GIBBERISH,
     REASON_PLACEHOLDER,
     REASON_RESERVED,
@@ -32,6 +33,7 @@ ALL_REASONS = {
     REASON_GIBBERISH,
     REASON_SELF_REFERENTIAL,
     REASON_PLACEHOLDER,
+    REASON_FRAGMENT,
 }
 NO_RESERVED: frozenset[str] = frozenset()
 
@@ -58,7 +60,7 @@ def test_returns_the_normalised_key_on_rejection_too() -> None:
 
 
 def test_reason_constants_are_short_distinct_lowercase() -> None:
-    assert len(ALL_REASONS) == 7
+    assert len(ALL_REASONS) == 8
     assert all(r == r.lower() and 0 < len(r) <= 30 for r in ALL_REASONS)
 
 
@@ -264,3 +266,26 @@ def test_no_source_is_stricter_than_auto(key: str, value: str, reserved: set[str
         # Only checks 1-3 run, and they run first for every source.
         why = guard_fact(key, value, source, reserved)[1]
         assert why is None or why == auto
+
+
+# --- check 9: markup fragments ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ['{"value": "Lyon",', "[]", '["Lyon"]', "[1, 2]", "{}", "...", "--", "Lyon,", "city:", '"'],
+)
+@pytest.mark.parametrize("source", ["auto", "rule", "merge"])
+def test_markup_fragments_are_rejected_from_llm_and_rule_sources(value: str, source: str) -> None:
+    assert reason("home_city", value, source) == REASON_FRAGMENT
+
+
+@pytest.mark.parametrize("value", ['{"value": "Lyon",', "[draft]", "..."])
+@pytest.mark.parametrize("source", ["explicit", "import"])
+def test_the_user_may_store_any_text(value: str, source: str) -> None:
+    assert reason("note", value, source) is None
+
+
+@pytest.mark.parametrize("value", ["Lyon", "C++", "3:30 pm", "Lyon, France", "[Q3] budget review"])
+def test_ordinary_values_are_no_fragments(value: str) -> None:
+    assert reason("home_city", value, "auto") is None

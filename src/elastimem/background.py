@@ -25,6 +25,7 @@ from .errors import EmbedderError
 from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
 from .gate import CallTimeout, GateDeferred, GateDenied, LLMGate, Watchdog
 from .governor import MemoryProfile
+from .guards import is_instruction_like
 from .keyword_index import KeywordIndexes
 from .prompts import (
     build_condense_prompt,
@@ -786,7 +787,9 @@ def run_rolling_summary(services: Services, job: jobs.Job) -> None:
     except (GateDeferred, GateDenied) as exc:
         _gate_outcome(services, "rolling_summary", exc)
         return
-    sentences = split_sentences(clean_llm_text(reply))
+    # The digest goes into the host's prompt verbatim: an instruction the LLM echoed (or
+    # was talked into) is left out, as the fact guards leave it out of facts.
+    sentences = [s for s in split_sentences(clean_llm_text(reply)) if not is_instruction_like(s)]
     if not sentences:
         return  # the extractive digest stays
     items = fit_digest(
@@ -820,7 +823,7 @@ def run_session_summary(services: Services, job: jobs.Job) -> None:
         _gate_outcome(services, "session_summary", exc)
         return
     summary = clean_llm_text(reply)
-    if summary:
+    if summary and not is_instruction_like(summary):  # it goes into prompts verbatim
         with services.db.atomic() as conn:
             conn.execute("UPDATE sessions SET summary = ? WHERE id = ?", (summary, session_id))
 

@@ -34,6 +34,7 @@ REASON_GIBBERISH = "gibberish key"
 REASON_SELF_REFERENTIAL = "self-referential value"
 REASON_PLACEHOLDER = "placeholder value"
 REASON_INSTRUCTIONS = "instruction-like value"
+REASON_FRAGMENT = "markup fragment"
 
 # `<p>_<reserved>` is as reserved as `<reserved>`: "my_name" must not shadow a host key "name".
 RESERVED_PREFIXES = frozenset(
@@ -168,6 +169,8 @@ def _first_failure(
         return REASON_PLACEHOLDER
     if is_instruction_like(value):
         return REASON_INSTRUCTIONS
+    if is_markup_fragment(value):
+        return REASON_FRAGMENT
     return None
 
 
@@ -218,6 +221,22 @@ def is_self_referential(value: str) -> bool:
 def is_placeholder(value: str) -> bool:
     """Check 7: the whole value is a stand-in for "no value"."""
     return value.strip().lower() in PLACEHOLDER_VALUES
+
+
+def is_markup_fragment(value: str) -> bool:
+    """Check 9 (beyond §5.4): the value is debris of a reply's markup, not a fact: it has
+    no letter or digit, opens a JSON object or array, or stops mid-structure. An LLM
+    merge review that answered ``{"value": "Lyon",`` replaced the user's fact with that
+    text (found by a soak); extraction replies are parsed, but a value can still be a
+    piece of one."""
+    text = value.strip()
+    if not any(ch.isalnum() for ch in text):
+        return True
+    return text[0] == "{" or _JSON_ARRAY_START.match(text) is not None or text[-1] in ",:{["
+
+
+# ``[`` then a JSON value's first character: an array, not a "[Q3] budget" label.
+_JSON_ARRAY_START = re.compile(r'\[\s*[]["{\d-]')
 
 
 def is_instruction_like(value: str) -> bool:
