@@ -11,6 +11,7 @@ attempt instead of the worker, and ``foreground_begin`` waits at most that long.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -165,6 +166,23 @@ class _Call:
             self.error.__cause__ = exc
 
 
+def reply_text(reply: object) -> str:
+    """The text of an LLM reply. Bytes are decoded and an already parsed JSON object or
+    array is written back as JSON; anything else that is not text (None, a number, another
+    object) is an empty reply. ``str()`` of a number or of bytes used to be stored as a
+    fact value or a session summary (found by a soak)."""
+    if isinstance(reply, str):
+        return reply
+    if isinstance(reply, (bytes, bytearray)):
+        return bytes(reply).decode("utf-8", "replace")
+    if isinstance(reply, (dict, list)):
+        try:
+            return json.dumps(reply, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return ""
+    return ""
+
+
 class HostCallError(Exception):
     """A host callable raised something that is not an ``Exception`` (see ``_Call.run``)."""
 
@@ -277,10 +295,4 @@ class LLMGate:
                 max_tokens=max_tokens,
                 temperature=temperature,
             )
-        if reply is None:
-            return ""
-        if not isinstance(reply, str):
-            # A number or bytes is no reply: str() of it was stored as a fact value or a
-            # summary. It counts as a failed call (the job's attempt fails, nothing is kept).
-            raise HostCallError(f"the LLM returned {type(reply).__name__}, not text")
-        return reply
+        return reply_text(reply)
