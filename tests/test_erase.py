@@ -369,6 +369,20 @@ def test_erasing_the_open_session_closes_it(make_store: Factory, embedder: HashE
     assert raw_hits(mem.path) in ({"db": 0}, {"db": 0, "-wal": 0})
 
 
+def test_a_fact_is_stored_after_another_instance_erased_the_open_session(
+    make_store: Factory, store_path: Any
+) -> None:
+    """The instance still holds the erased session's id: its facts are stored without an
+    origin (the foreign key refused the write, and remember raised StoreError)."""
+    mine = make_store(store_path)
+    other = make_store(store_path)
+    mine.record_turn("hello there", "hi")
+    assert other.erase(session_id=mine.session_id)["sessions"] == 1
+    assert mine.remember("favorite_color", "teal") == (True, "stored")
+    assert other.facts() == {"favorite_color": "teal"}
+    assert other.fact_history("favorite_color")[0].value == "teal"
+
+
 def test_erase_in_memory_store(memory_store: elastimem.Elastimem) -> None:
     memory_store.record_turn(f"remember {MARKER}", "ok")
     memory_store.remember("code", MARKER)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import elastimem
+from elastimem import clock
 
 
 def test_every_change_is_a_new_version(mem: elastimem.Elastimem) -> None:
@@ -68,6 +70,28 @@ def test_older_backdated_value_does_not_replace_a_newer_one(mem: elastimem.Elast
         "older than current value",
     )
     assert mem.facts() == {"employer": "Acme"}
+
+
+def test_a_year_before_1000_keeps_timestamps_fixed_width(mem: elastimem.Elastimem) -> None:
+    """strftime writes year 999 as "999": string order then stopped being time order, and
+    a value dated in 999 replaced one dated 2020."""
+    assert clock.format_ts(datetime(999, 6, 1)) == "0999-06-01T00:00:00.000000Z"
+    assert clock.to_ts("0007-01-02") == "0007-01-02T00:00:00.000000Z"
+    mem.remember("city", "Paris", at="2020-01-01")
+    assert mem.remember("city", "Rome", at="0999-06-01") == (False, "older than current value")
+    assert mem.facts() == {"city": "Paris"}
+    mem.record_turn("I adore quokkas", "nice", at="2024-05-05")
+    assert mem.recall("quokkas", since="0500-01-01")
+    assert not mem.recall("quokkas", until="0500-01-01")
+
+
+def test_an_undated_write_replaces_a_value_dated_in_the_future(mem: elastimem.Elastimem) -> None:
+    """Only a write dated with ``at`` can be older than the live value (§5.3 step 4)."""
+    mem.remember("trip", "Tokyo", at="2099-01-01")
+    assert mem.remember("trip", "Lima") == (True, "stored")
+    assert mem.facts() == {"trip": "Lima"}
+    assert mem.remember("trip", "Oslo", at="2024-01-01") == (False, "older than current value")
+    assert [f.value for f in mem.fact_history("trip")] == ["Lima", "Tokyo"]  # by valid_from
 
 
 def test_short_auto_value_keeps_the_existing_one(mem: elastimem.Elastimem) -> None:

@@ -12,7 +12,6 @@ import re
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 TIMESTAMP_PATTERN = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 SECONDS_PER_DAY = 86400.0
 _BARE_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
@@ -26,7 +25,10 @@ def format_ts(moment: datetime) -> str:
     """The canonical string of an aware or naive (taken as UTC) datetime."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime(TIMESTAMP_FORMAT)
+    # isoformat, not strftime("%Y"): the C library writes year 999 as "999", which breaks
+    # the fixed width that makes string order time order (isoformat pads it to "0999").
+    utc = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return utc.isoformat(timespec="microseconds") + "Z"
 
 
 def now_ts() -> str:

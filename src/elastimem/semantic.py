@@ -123,11 +123,19 @@ def write_fact(
         )
         return FactWrite(False, "already stored", int(live[0]), key)
     valid_from = at or now
-    if live is not None and valid_from < live[2]:
+    # Only a write dated with ``at`` can be older than the live value (§5.3 step 4): an
+    # undated one is true from now on, even when the live value is dated ahead of this
+    # clock (a future ``at``, or another machine's clock running fast). Refusing it would
+    # refuse every later undated write of the key until that date.
+    if live is not None and at is not None and at < live[2]:
         return FactWrite(False, "older than current value", int(live[0]), key)
     if live is not None and source == "auto" and len(value) < SHORT_AUTO_VALUE:
         quarantine(conn, key, value, "kept existing value", source, quarantine_cap)
         return FactWrite(False, "kept existing value", int(live[0]), key)
+    if origin_session_id is not None and not _session_exists(conn, origin_session_id):
+        # Erased since (by another instance or process, or while a job waited): the fact
+        # is still stored, without an origin, as the foreign key's ON DELETE SET NULL would.
+        origin_session_id = None
     if live is not None:
         conn.execute("UPDATE facts SET invalidated_at = ? WHERE id = ?", (valid_from, live[0]))
     cur = conn.execute(
@@ -148,6 +156,10 @@ def write_fact(
     if live is not None:
         conn.execute("UPDATE facts SET invalidated_by = ? WHERE id = ?", (new_id, live[0]))
     return FactWrite(True, "stored", new_id, key)
+
+
+def _session_exists(conn: sqlite3.Connection, session_id: int) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
 
 
 def live_facts(conn: sqlite3.Connection) -> list[Fact]:
