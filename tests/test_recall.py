@@ -43,6 +43,32 @@ def test_diacritics_fold_both_ways(seeded: elastimem.Elastimem) -> None:
     assert with_accent and without and with_accent[0].id == without[0].id
 
 
+@pytest.mark.parametrize("fts", [True, False])
+def test_a_word_typed_as_stored_finds_itself_whatever_its_script(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch, fts: bool
+) -> None:
+    """Query terms keep the query's own characters: Python's casefold and NFKC fold some
+    words differently from the FTS5 tokenizer (ß -> ss, İ -> i + dot, full-width and
+    ligatures to ASCII), and the folded term then matched no token of the stored text."""
+    if not fts:
+        monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")
+    mem = make_store()
+    words = ["Hauptstraße", "İstanbul", "ＡＢＣ１２３", "ﬁnal", "Νίκος", "Ærøskøbing", "東京タワー"]
+    for word in words:
+        mem.record_turn(f"the word of the day is {word} again", "noted")
+    mem.remember("street", "Hauptstraße 5")
+    for word in words:
+        hits = mem.recall(word, kinds=["chunk"])
+        assert hits and word in hits[0].text, word
+    assert [h.text for h in mem.recall("Hauptstraße", kinds=["fact"])] == ["street: Hauptstraße 5"]
+    # A word NFKC changes is searched in both forms: the ASCII spelling finds the text too.
+    mem.record_turn("the plain spelling is final", "ok")
+    found = {h.text.split("\n")[0] for h in mem.recall("ﬁnal", kinds=["chunk"])}
+    assert found == {"User: the word of the day is ﬁnal again", "User: the plain spelling is final"}
+    terms = text_module.query_terms("Ｔｏｋｙｏ ﬁnal the")
+    assert terms == ["Ｔｏｋｙｏ", "Tokyo", "ﬁnal", "final"]
+
+
 def test_stopwords_are_dropped_but_a_stopword_only_query_still_works(
     seeded: elastimem.Elastimem,
 ) -> None:

@@ -73,17 +73,33 @@ def word_tokens(text: str) -> list[str]:
 
 
 def query_terms(query: object) -> list[str]:
-    """Search terms of a query (§5.6): NFKC+casefold runs, length rules, dedupe, stopwords, ≤16."""
-    text = unicodedata.normalize("NFKC", sanitize(query)).casefold()
+    """Search terms of a query (§5.6): word runs as typed, length rules, stopwords, ≤16.
+
+    Terms keep the query's own characters: FTS5 folds a quoted term with the tokenizer it
+    indexed the text with (case, Latin diacritics, final sigma), so a word typed as stored
+    always finds itself. Folding here first broke that wherever Python's folding and the
+    tokenizer's differ: casefold makes "Hauptstraße" "hauptstrasse" and "İstanbul"
+    "i̇stanbul" (then split at the dot), NFKC makes full-width "ＡＢＣ１２３" "abc123" and
+    the ligature in "ﬁnal" "fi", and none of those is a token of the stored text. A word
+    NFKC changes (full-width, ligatures, superscripts) is searched in both forms, as typed
+    and normalised, so the query finds the text whichever form it holds. Duplicates and
+    stopwords are judged lower-cased (``lower``, not ``casefold``, which would make the
+    ligature and its expansion one term).
+    """
+    text = sanitize(query)
     raw: list[str] = []
     seen: set[str] = set()
-    for term in _WORD_RUN.findall(text):
-        if len(term) < 2 and (len(term) == 0 or term.isascii()):
-            continue
-        if term not in seen:
-            seen.add(term)
-            raw.append(term)
-    kept = [t for t in raw if t not in STOPWORDS]
+    for word in _WORD_RUN.findall(text):
+        normal = unicodedata.normalize("NFKC", word)
+        forms = [word] if normal == word else [word, *_WORD_RUN.findall(normal)]
+        for term in forms:
+            if len(term) < 2 and (len(term) == 0 or term.isascii()):
+                continue
+            folded = term.lower()
+            if folded not in seen:
+                seen.add(folded)
+                raw.append(term)
+    kept = [t for t in raw if t.lower() not in STOPWORDS]
     if not kept:
         kept = raw
     return kept[:MAX_QUERY_TERMS]
