@@ -192,6 +192,21 @@ def test_html_is_self_contained_and_escaped(sample: elastimem.Elastimem) -> None
     assert graph._canonicalize(NASTY[-1]) in names
 
 
+def test_views_drop_control_and_bidi_override_characters(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    """A name stored with U+202E reads differently in the picture than it is stored, and
+    C1 codes (U+009B) drive the terminal the CLI prints DOT to."""
+    mem = make_store()
+    spoof = "admin\u202egro.liamg@\u202c"
+    put(mem, [spoof, "csi\u009b31m red\x7f", "tab\tand\rreturn"], [(spoof, "knows\u2066", "x")])
+    forbidden = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+    page = graph_view.render_html(mem)
+    dot = graph_view.render_dot(mem)
+    assert not forbidden.search(page) and not forbidden.search(dot)
+    assert "admingro.liamg@" in dot and "csi31m red" in dot and "tab and return" in dot
+
+
 def test_html_colours_by_cluster(sample: elastimem.Elastimem) -> None:
     parsed = parse(graph_view.render_html(sample))
     by_name = {n["data-name"]: n for n in parsed.nodes}

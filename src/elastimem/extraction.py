@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .guards import is_unsafe_llm_text
 from .prompts import strip_think
 from .text import collapse_whitespace, sanitize
 
@@ -368,16 +369,23 @@ def _confidence(item: Mapping[Any, Any]) -> float | None:
     value = item.get("confidence")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float: out of range like any other
+        return None
     return number if 0.0 <= number <= 1.0 else None
 
 
 def _name(value: object, limit: int | None = None) -> str | None:
-    """A stripped, sanitised, non-blank string (optionally ≤ ``limit``), else None."""
+    """A stripped, sanitised, non-blank string (optionally ≤ ``limit``), else None.
+
+    None too for text that addresses the model or is markup debris (guards checks 8 and
+    9): names and relation types go into later prompts verbatim, through graph context.
+    """
     if not isinstance(value, str):
         return None
     text = sanitize(value).strip()
-    if not text or (limit is not None and len(text) > limit):
+    if not text or (limit is not None and len(text) > limit) or is_unsafe_llm_text(text):
         return None
     return text
 

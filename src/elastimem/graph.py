@@ -57,6 +57,7 @@ from . import semantic
 from .clock import age_days, now_ts, recency, ts_minus, utcnow
 from .db import bump_meta
 from .gate import GateDeferred, GateDenied
+from .guards import is_unsafe_llm_text
 from .migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
 from .prompts import (
     build_cluster_label_prompt,
@@ -261,12 +262,13 @@ def _edge_scores(confidence: float, seen: int) -> tuple[float, float]:
 
 def _item_confidence(item: Mapping[str, Any], in_text: bool) -> float:
     value = item.get("confidence")
-    if (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and 0.0 <= float(value) <= 1.0
-    ):
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            number = math.nan
+        if 0.0 <= number <= 1.0:
+            return number
     return CONFIDENCE_IN_TEXT if in_text else CONFIDENCE_NOT_IN_TEXT
 
 
@@ -2237,8 +2239,8 @@ def label_clusters(
             logger.info("cluster labelling stopped: %s", exc)
             break
         label = clean_label(reply)
-        if label is None:
-            continue
+        if label is None or is_unsafe_llm_text(label):
+            continue  # graph context lists labels verbatim: see guards checks 8 and 9
         ids = sorted(m[0] for m in members)
         with database.atomic() as conn:
             now_ids = sorted(

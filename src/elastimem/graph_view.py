@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import graph
+from .text import strip_controls
 
 SELF_LABEL = "(you)"
 # Layout, in SVG user units.
@@ -127,8 +128,9 @@ def load_snapshot(source: Any) -> Snapshot:
 
 
 def _dot_string(text: str) -> str:
-    """A double-quoted DOT string: backslashes and quotes escaped, line breaks as ``\\n``."""
-    cleaned = "".join(" " if ord(ch) < 32 and ch != "\n" else ch for ch in text)
+    """A double-quoted DOT string: backslashes and quotes escaped, line breaks as ``\\n``;
+    control and bidi-override characters dropped (see :func:`text.strip_controls`)."""
+    cleaned = "".join(" " if ch in "\t\r" else ch for ch in strip_controls(text))
     escaped = cleaned.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
 
@@ -369,7 +371,9 @@ def _short(text: str) -> str:
 
 
 def _esc(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """HTML-escaped, without control or bidi-override characters: a name stored with
+    U+202E would read differently in the picture than it is stored."""
+    return html.escape(strip_controls(str(text)), quote=True)
 
 
 def render_html(source: Any, *, title: str = "elastimem graph") -> str:

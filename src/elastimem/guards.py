@@ -167,7 +167,8 @@ def _first_failure(
         return REASON_SELF_REFERENTIAL
     if is_placeholder(value):
         return REASON_PLACEHOLDER
-    if is_instruction_like(value):
+    if is_instruction_like(value) or is_instruction_like(key.replace("_", " ")):
+        # The key too: it is listed in the prompt beside the value.
         return REASON_INSTRUCTIONS
     if is_markup_fragment(value):
         return REASON_FRAGMENT
@@ -242,3 +243,10 @@ _JSON_ARRAY_START = re.compile(r'\[\s*[]["{\d-]')
 def is_instruction_like(value: str) -> bool:
     """Check 8: the value gives the model instructions (a prompt-injection attempt)."""
     return INSTRUCTION_PATTERN.search(value) is not None
+
+
+def is_unsafe_llm_text(text: str) -> bool:
+    """Checks 8 and 9 for what an LLM writes that is not a fact value yet reaches later
+    prompts as it was written: entity names, relation types, cluster labels (graph
+    context lists them verbatim)."""
+    return is_instruction_like(text) or is_markup_fragment(text)

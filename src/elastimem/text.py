@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 
 # Lone surrogates cannot be encoded as UTF-8 and NUL truncates text in some SQLite paths,
 # so both become U+FFFD before anything is stored or searched.
@@ -114,9 +115,22 @@ def normalize_key(key: str) -> str:
     """Normalise a fact key (§5.4): NFKC, casefold, strip, ``_`` joins, letters/digits/_ only."""
     text = unicodedata.normalize("NFKC", sanitize(key)).casefold().strip()
     text = re.sub(r"[\s\-]+", "_", text)
-    text = "".join(ch for ch in text if ch == "_" or ch.isalnum())
+    text = "".join(_key_chars(text))
     text = re.sub(r"_+", "_", text).strip("_")
     return text[:MAX_KEY_LENGTH].strip("_") if len(text) > MAX_KEY_LENGTH else text
+
+
+def _key_chars(text: str) -> Iterator[str]:
+    """Letters, digits and ``_``, with the combining marks that follow a letter or digit:
+    the vowel signs of Devanagari, Arabic or Hebrew are part of the word ("पिता", father,
+    and "पता", address, differ only by one), so dropping them merged unrelated keys."""
+    after_word_char = False
+    for ch in text:
+        if ch == "_" or ch.isalnum():
+            after_word_char = ch != "_"
+            yield ch
+        elif after_word_char and unicodedata.category(ch)[0] == "M":
+            yield ch
 
 
 def collapse_whitespace(text: str) -> str:
