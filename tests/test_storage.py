@@ -150,6 +150,42 @@ def test_memory_store_is_private_and_works_across_threads() -> None:
         assert other.stats()["messages"] == 0
 
 
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_writes_stop_with_a_clear_error_once_the_file_is_gone(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite keeps writing to the file it holds open: without the check, every later
+    turn went to a file nobody could open again, silently."""
+    path = tmp_path / "memory.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("the first turn", "ok")
+        if how == "deleted":
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        else:
+            with elastimem.open(str(tmp_path / "other.db"), disable_builtin_embedder=True):
+                pass
+            (tmp_path / "other.db").replace(path)
+        with pytest.raises(StoreError, match="deleted or replaced"):
+            mem.remember("city", "Lyon")
+        mem.record_turn("a later turn", "ok")  # never raises: logged instead
+        assert "deleted or replaced" in caplog.text
+        errors: list[BaseException] = []
+
+        def read_on_a_new_thread() -> None:  # its reader connection would open the path
+            try:
+                mem.sessions()
+            except BaseException as exc:
+                errors.append(exc)
+
+        reader = threading.Thread(target=read_on_a_new_thread)
+        reader.start()
+        reader.join()
+        assert len(errors) == 1 and "deleted or replaced" in str(errors[0])
+    if how == "deleted":
+        assert not path.exists()  # no empty store was created in its place
+
+
 def test_atomic_nests_as_savepoints_and_rolls_back(tmp_path: Path) -> None:
     store = db.open_store(tmp_path / "x.db")
     try:

@@ -165,6 +165,15 @@ def _connect(target: str, *, writer: bool, read_only_uri: str | None = None) -> 
     return conn
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path``; None when there is none."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return status.st_dev, status.st_ino
+
+
 class Database:
     """One store's connections, its write lock and its transaction helpers."""
 
@@ -194,6 +203,8 @@ class Database:
         self._busy: dict[sqlite3.Connection, int] = {}
         self._reads_done = threading.Condition(self._readers_guard)
         self._closed = False
+        # The file this store opened, as (device, inode): see _check_still_the_file.
+        self._identity = None if self.is_memory else _file_identity(path)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -211,6 +222,8 @@ class Database:
                 )
             conn = self._writer
             depth = self._depth
+            if depth == 0:
+                self._check_still_the_file()
             try:
                 if depth == 0:
                     conn.execute("BEGIN IMMEDIATE")
@@ -233,6 +246,23 @@ class Database:
                 except sqlite3.Error as exc:
                     self._finish(depth, commit=False, quiet=True)
                     raise translate_error(exc, self.path, "write to") from exc
+
+    def _check_still_the_file(self) -> None:
+        """Refuse to write (or to open a reader) once the path no longer names the file
+        this store opened.
+
+        SQLite keeps writing to the file it holds open: deleted (by hand, a cleanup job, a
+        sync tool) or replaced by another file at that path, every later turn would go to
+        a file nobody can open again and be lost at close, without a word. One ``stat``
+        per transaction (~2 µs) says so instead.
+        """
+        if self._identity is None:
+            return
+        if _file_identity(self.path) != self._identity:
+            raise StoreError(
+                f"{self.path} was deleted or replaced while this store had it open, so "
+                "nothing more is written to it; close the store and open it again"
+            )
 
     def _finish(self, depth: int, *, commit: bool, quiet: bool = True) -> None:
         """COMMIT/RELEASE or ROLLBACK the level opened at ``depth``, then pop it."""
@@ -319,6 +349,9 @@ class Database:
             return conn
         if self._closed:
             raise StoreClosedError(f"{self.path} is closed")
+        # Opening the path anew would create an empty file where the store was deleted, or
+        # read another file that replaced it.
+        self._check_still_the_file()
         try:
             conn = _connect(self.path, writer=False, read_only_uri=self.read_only_uri)
             # Readers never write: enforce it.
