@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import Tier
+from elastimem import Tier, jobs
 from tests.conftest import HashEmbedder, ScriptedLLM, wait_until
 
 EXTRACTION = json.dumps(
@@ -334,6 +334,72 @@ def test_extraction_deferred_midway_does_not_send_the_same_turns_again(
     assert first_round == 1 and len(sent) >= 2
     for i in range(12):
         assert sum(f"turn {i:02d} " in p for p in sent) == 1, f"turn {i} sent twice"
+
+
+def test_a_retried_extraction_sends_only_the_turns_not_yet_stored(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second of two prompts fails: the retry must not send (and store) the first
+    group again, which doubled its graph mentions."""
+    monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
+    sent: list[str] = []
+
+    def llm(prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        if not prompt.startswith("TASK: extract"):
+            return ""
+        sent.append("lisbon" if "Lisbon" in prompt else "nurse")
+        if len(sent) == 2:
+            raise RuntimeError("the model server hiccuped")
+        if "Lisbon" in prompt:
+            return json.dumps(
+                {
+                    "facts": {"home_city": "Lisbon"},
+                    "entities": [{"name": "Maria", "type": "person"}],
+                    "relationships": [{"source": "USER", "relation": "sister", "target": "Maria"}],
+                }
+            )
+        return json.dumps({"facts": {"job": "nurse"}})
+
+    mem = make_store(llm=llm, tier_override="standard", batched_every_n_turns=100)
+    mem.record_turn("I live in Lisbon with my sister Maria. " + "words " * 500, "ok")
+    mem.record_turn("I work as a nurse at the hospital. " + "more " * 500, "ok")
+    mem.end_session(wait=False)
+    assert mem.drain(timeout=20)
+    assert sent == ["lisbon", "nurse", "nurse"]
+    assert mem.facts()["home_city"] == "Lisbon" and mem.facts()["job"] == "nurse"
+    with mem._db.read() as conn:
+        mentions = conn.execute(
+            "SELECT mention_count FROM graph_nodes WHERE canonical_name = 'maria'"
+        ).fetchone()[0]
+    assert mentions == 1
+
+
+def test_an_extraction_finishing_after_its_session_was_erased_stores_nothing(
+    make_store: Any,
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def llm(prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        if prompt.startswith("TASK: extract"):
+            entered.set()
+            release.wait(20)
+            return json.dumps(
+                {"facts": {"code_name": "bluebird"}, "entities": [{"name": "Bluebird"}]}
+            )
+        return ""
+
+    mem = make_store(llm=llm, tier_override="full")
+    mem.record_turn("my code name is bluebird, keep it secret", "ok")
+    assert entered.wait(10)
+    mem.erase(session_id=mem.session_id, include_facts=True)
+    release.set()
+    mem.close()  # waits for the worker, which drain() would not: the job row is gone
+    mem = make_store()
+    assert mem.facts() == {} and mem.fact_history("code_name") == []
+    with mem._db.read() as conn:
+        assert (
+            conn.execute("SELECT count(*) FROM graph_nodes WHERE type <> 'self'").fetchone()[0] == 0
+        )
 
 
 def test_extractive_digest_trims_oldest_and_survives_reopen(

@@ -576,7 +576,13 @@ def run_extract(services: Services, job: jobs.Job) -> None:
                     jobs.set_payload(conn, job.id, {**job.payload, "turns": left})
             _gate_outcome(services, "extract", exc)
             return
-        store_extraction(services, session_id, group, reply)
+        with services.db.atomic() as conn:
+            store_extraction(services, session_id, group, reply)
+            # In the same transaction: a retry after a later group fails (or a crash)
+            # must not send the groups already stored to the LLM and store them again.
+            left = [t.turn for g in groups[done + 1 :] for t in g]
+            if left:
+                jobs.set_payload(conn, job.id, {**job.payload, "turns": left})
 
 
 def _load_turns(services: Services, session_id: int, wanted: list[int]) -> list[Turn]:
@@ -607,6 +613,8 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
     at = group[-1].at or None
     turn_numbers = [t.turn for t in group]
     with services.db.atomic() as conn:
+        if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+            return  # erased while the LLM read it: nothing of it may come back (§5.16)
         touched = False
         for key, value, reason in extraction.rejected:
             semantic.quarantine(conn, key, value, reason, "auto", config.quarantine_cap)
