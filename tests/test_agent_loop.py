@@ -461,6 +461,50 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     assert llm.kinds() == ["merge"]
 
 
+def test_consolidation_meeting_the_foreground_is_put_back_not_cut_short(make_store: Any) -> None:
+    """§5.11: a call refused because the host generates puts the job back; skipping lost
+    the remaining reviews for good (nothing queues another sweep until new writes)."""
+    in_call, go = threading.Event(), threading.Event()
+    merges: list[str] = []
+
+    def llm(prompt: str, *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        if prompt.startswith("TASK: merge"):
+            merges.append(prompt)
+            if len(merges) == 1:
+                in_call.set()
+                go.wait(10)
+            return "Lisbon and Oslo"
+        return "no"
+
+    mem = make_store(llm=llm, tier_override="full", idle_consolidate_seconds=3600)
+    for i in range(3):
+        mem.remember(f"home_city_{i}", "Oslo", source="auto")
+        mem.remember(f"home_city_{i}", "Lisbon", source="auto")
+    queue_consolidate(mem)
+    mem._worker.signal()
+    assert in_call.wait(10)
+    generated = threading.Event()
+
+    def host() -> None:  # starts generating while the first review runs
+        mem.foreground_begin()  # waits for the running call to end
+        generated.wait(10)
+        mem.foreground_end()
+
+    host_thread = threading.Thread(target=host)
+    host_thread.start()
+    time.sleep(0.2)
+    go.set()
+    time.sleep(0.5)  # the worker meets the foreground at the next call
+    assert len(merges) == 1
+    generated.set()
+    host_thread.join(10)
+    assert mem.drain(timeout=10)
+    assert len(merges) == 3
+    with mem._db.read() as conn:
+        verdicts = conn.execute("SELECT verdict FROM fact_reviews").fetchall()
+    assert verdicts == [("merged",)] * 3
+
+
 @pytest.mark.parametrize("reply", ['{"value": "Lisbon",', "[]", '["Lisbon"]', "..."])
 def test_a_merge_review_answering_markup_leaves_the_fact_alone(make_store: Any, reply: str) -> None:
     """A merge reply of JSON debris replaced the fact's value with it (found by a soak)."""

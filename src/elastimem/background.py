@@ -857,6 +857,11 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
                 stats.update(result)
         except (jobs.JobDeferred, jobs.JobHeld):
             raise
+        except GateDeferred as exc:
+            # The host began generating (or the store is closing): §5.11 puts the job back
+            # without counting an attempt. Skipping would lose the LLM steps for good,
+            # since nothing queues another consolidation until new writes come.
+            raise jobs.JobDeferred(str(exc)) from exc
         except Exception as exc:
             logger.warning("consolidation step %s failed: %s", name, exc)
 
@@ -918,8 +923,9 @@ def review_fact_merges(services: Services) -> dict[str, int]:
         prompt = build_fact_merge_prompt(key, old_value, old_at, new_value, new_at)
         try:
             reply = services.ask("fact_merge", prompt, max_tokens=48)
-        except (GateDeferred, GateDenied):
-            break  # inside consolidate a denied call just skips its step
+        except GateDenied:
+            break  # inside consolidate a denied call just skips its step (a deferred one
+            # puts the job back: see run_consolidate)
         value = clean_value(reply)
         with services.db.atomic() as conn:
             live = conn.execute(

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import semantic
 from .clock import age_days, now_ts, recency, ts_minus, utcnow
 from .db import bump_meta
-from .gate import GateDeferred, GateDenied
+from .gate import GateDenied
 from .guards import is_unsafe_llm_text
 from .migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
 from .prompts import (
@@ -2081,8 +2081,9 @@ def llm_merge(
     """Ask ``ask`` (the gated LLM) whether candidate pairs are one entity; fold the "yes" ones.
 
     At most ``max_calls`` calls; every yes/no verdict is recorded and never asked again; an
-    unclear reply records nothing. A gate refusal (``GateDenied``/``GateDeferred``) stops the
-    step. The write lock is never held during a call. Returns the number of folds.
+    unclear reply records nothing. A denied call (``GateDenied``) stops the step; a deferred
+    one (``GateDeferred``) is raised, so the consolidate job goes back to the queue. The
+    write lock is never held during a call. Returns the number of folds.
     """
     with database.read() as conn:
         candidates = merge_candidates(conn, review_window_days, now=now)
@@ -2097,7 +2098,7 @@ def llm_merge(
         calls += 1
         try:
             reply = ask(prompt)
-        except (GateDenied, GateDeferred) as exc:
+        except GateDenied as exc:  # a GateDeferred puts the consolidate job back instead
             logger.info("entity merge review stopped: %s", exc)
             break
         verdict = parse_yes_no(reply)
@@ -2235,7 +2236,7 @@ def label_clusters(
         calls += 1
         try:
             reply = ask(prompt)
-        except (GateDenied, GateDeferred) as exc:
+        except GateDenied as exc:  # a GateDeferred puts the consolidate job back instead
             logger.info("cluster labelling stopped: %s", exc)
             break
         label = clean_label(reply)
