@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -130,6 +132,54 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(
                 "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
             ).fetchall()
         assert rows == [(again._owner.pid, "held", "session_end")]
+
+
+def test_closing_one_of_two_instances_leaves_their_shared_jobs_alone(
+    make_store: Any, store_path: Any
+) -> None:
+    """Instances of one process on one file share their jobs (§5.11): closing one gave
+    away the other's held extractions (its pending() fell to 0, drain() ran nothing) and
+    put a job its worker was running back in the queue, for another process to run again."""
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_llm(prompt: str, **kwargs: Any) -> str:
+        if prompt.startswith("TASK: extract") and "banjo" in prompt:
+            entered.set()
+            release.wait(10)
+        return "NONE"
+
+    running = make_store(llm=slow_llm, tier_override="full")
+    holding = make_store(llm=slow_llm, tier_override="standard", batched_every_n_turns=50)
+    other = make_store(tier_override="full")
+    running.record_turn("I am learning to play the banjo this summer", "fun")
+    assert entered.wait(10)
+    holding.record_turn("My sister works as a nurse in the city hospital", "ok")
+    before = holding.pending()
+    other.close()
+    with running._db.read() as conn:
+        rows = conn.execute("SELECT state, owner_pid FROM jobs ORDER BY id").fetchall()
+    assert rows[0] == ("running", os.getpid())  # still leased to the worker running it
+    assert all(pid == os.getpid() for _state, pid in rows)
+    assert holding.pending() == before >= 2
+    release.set()
+    assert holding.drain(timeout=10) and holding.pending() == 0
+
+
+def test_a_job_still_running_at_close_keeps_its_owner_and_lease(mem: elastimem.Elastimem) -> None:
+    with mem._db.atomic() as conn:
+        first = jobs.enqueue(conn, "extract", mem._owner)
+        second = jobs.enqueue(conn, "extract", mem._owner)
+        conn.execute(
+            "UPDATE jobs SET state = 'running', lease_until = 'x' WHERE id IN (?, ?)",
+            (first, second),
+        )
+        jobs.clear_owner(conn, mem._owner, still_running=first)
+        rows = conn.execute("SELECT id, state, owner_pid, lease_until FROM jobs ORDER BY id")
+        assert rows.fetchall() == [
+            (first, "running", mem._owner.pid, "x"),
+            (second, "queued", None, None),
+        ]
+        conn.execute("DELETE FROM jobs")  # nothing left for close() to wait for
 
 
 @contextlib.contextmanager

@@ -249,13 +249,19 @@ def refresh_ownership(conn: sqlite3.Connection, me: Owner) -> None:
     )
 
 
-def clear_owner(conn: sqlite3.Connection, me: Owner) -> None:
-    """At close: unfinished jobs lose their owner so the next open adopts them at once."""
+def clear_owner(conn: sqlite3.Connection, me: Owner, still_running: int | None = None) -> None:
+    """At close: unfinished jobs lose their owner so the next open adopts them at once.
+
+    ``still_running`` is a job a worker thread is still executing (a host call that outlived
+    the close): it keeps its owner and lease, or another process would run it a second
+    time meanwhile; recovery adopts it once the lease runs out.
+    """
     conn.execute(
         "UPDATE jobs SET owner_pid = NULL, owner_host = NULL, "
         "state = CASE state WHEN 'running' THEN 'queued' ELSE state END, lease_until = NULL "
-        "WHERE owner_pid = ? AND owner_host = ? AND state IN ('queued', 'held', 'running')",
-        (me.pid, me.host),
+        "WHERE owner_pid = ? AND owner_host = ? AND state IN ('queued', 'held', 'running') "
+        "AND id IS NOT ?",
+        (me.pid, me.host, still_running),
     )
 
 

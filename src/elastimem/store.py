@@ -126,6 +126,7 @@ class Elastimem:
             self._closed = True
             self._db.close()
             raise
+        _opened(self._db)
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -797,11 +798,16 @@ class Elastimem:
         if self._closed or self._closing:
             return
         self._closing = True
+        # Instances of one process on one file share their jobs (§5.11): while another is
+        # open, it runs them, so this one neither drains nor gives them away (giving away a
+        # job another instance's worker is running let a second process run it again).
+        shared = _others_open(self._db)
         try:
-            try:
-                self._drain(CLOSE_DRAIN_SECONDS, runnable_only=True)
-            except Exception as exc:
-                logger.warning("draining before close failed: %s", _failure(exc))
+            if not shared:
+                try:
+                    self._drain(CLOSE_DRAIN_SECONDS, runnable_only=True)
+                except Exception as exc:
+                    logger.warning("draining before close failed: %s", _failure(exc))
             self._gate.closing = True
             self._worker.stop()
             try:
@@ -811,15 +817,48 @@ class Elastimem:
                         if self._session_id is not None:
                             background.persist_digest(conn, self._session_id, self._digest)
                             episodic.clear_owner(conn, self._session_id)
-                        jobs.clear_owner(conn, self._owner)
+                        if not shared:
+                            jobs.clear_owner(conn, self._owner, self._worker.running_job())
             except Exception as exc:
                 logger.warning("could not save session state at close: %s", _failure(exc))
             self._db.checkpoint("PASSIVE")
         finally:
             self._closed = True
+            _closed(self._db)
             self._services.close()
             self._vectors.close()
             self._db.close()
+
+
+# -- instances open in this process -----------------------------------------------------------
+
+# Open instances per store file in this process (a ``:memory:`` store is private: not counted).
+_open_instances: dict[str, int] = {}
+_open_instances_guard = threading.Lock()
+
+
+def _opened(database: db.Database) -> None:
+    if not database.is_memory:
+        with _open_instances_guard:
+            _open_instances[database.path] = _open_instances.get(database.path, 0) + 1
+
+
+def _closed(database: db.Database) -> None:
+    if not database.is_memory:
+        with _open_instances_guard:
+            left = _open_instances.get(database.path, 0) - 1
+            if left > 0:
+                _open_instances[database.path] = left
+            else:
+                _open_instances.pop(database.path, None)
+
+
+def _others_open(database: db.Database) -> bool:
+    """Whether another instance of this process has the same file open."""
+    if database.is_memory:
+        return False
+    with _open_instances_guard:
+        return _open_instances.get(database.path, 0) > 1
 
 
 # -- argument helpers ------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class Worker:
         self._stopping = False
         self._signalled = False
         self._busy = False
+        self._current_job: int | None = None
         self._thread = threading.Thread(target=self._run, name="elastimem-worker", daemon=True)
 
     # -- control -----------------------------------------------------------------------------
@@ -82,6 +83,11 @@ class Worker:
             self._cond.notify_all()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+
+    def running_job(self) -> int | None:
+        """The id of the job the worker thread is executing now (after ``stop`` timed out,
+        one still inside a host call), else None."""
+        return self._current_job if self._thread.is_alive() else None
 
     @property
     def is_worker_thread(self) -> bool:
@@ -118,7 +124,11 @@ class Worker:
             self._safe(self._on_wake)
             job = self._claim()
             if job is not None:
-                self._execute(job)
+                self._current_job = job.id
+                try:
+                    self._execute(job)
+                finally:
+                    self._current_job = None
                 idle_since = time.monotonic()
                 with self._cond:
                     self._cond.notify_all()
