@@ -85,8 +85,10 @@ def test_open_is_the_constructor(tmp_path: Path) -> None:
 
 
 def test_unknown_option_suggests_the_closest(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="did you mean 'context_tokens'"):
+    with pytest.raises(ConfigError, match="did you mean 'context_tokens'\\? valid options: "):
         elastimem.Elastimem(str(tmp_path / "a.db"), context_token=8192)
+    with pytest.raises(ConfigError, match="unknown option 'zzzz'; valid options: "):
+        elastimem.Elastimem(str(tmp_path / "a.db"), zzzz=1)
     with pytest.raises(TypeError):  # ConfigError is also a TypeError
         elastimem.Elastimem(str(tmp_path / "a.db"), bogus=1)
     assert not (tmp_path / "a.db").exists()
@@ -225,8 +227,8 @@ def test_every_method_raises_closed_error_after_close(make_store: Any) -> None:
     for call in calls:
         with pytest.raises(ClosedError):
             call()
-    with pytest.raises(ClosedError), mem.foreground():
-        pass
+    with pytest.raises(ClosedError):
+        mem.foreground()  # at the call, not when the block is entered
 
 
 def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
@@ -307,8 +309,47 @@ def test_argument_validation_raises_config_error(mem: elastimem.Elastimem) -> No
         mem.erase(key="a", session_id=1)
     with pytest.raises(ConfigError):
         mem.begin_session(at="the day before")
+    for bad in ("5", None, -1, float("nan"), True):
+        with pytest.raises(ConfigError, match="timeout"):
+            mem.drain(bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="timeout"):
+            mem.warm_up(bad)  # type: ignore[arg-type]
+    mem.record_turn("a turn to end", "ok")
+    with pytest.raises(ConfigError, match="timeout"):
+        mem.end_session(timeout="30")  # type: ignore[arg-type]
+    assert mem.session_id is not None  # validated before any work: still open
+    with pytest.raises(ConfigError, match="progress"):
+        mem.reindex(progress=5)  # type: ignore[arg-type]
+    for target in (5, None, object(), ""):
+        with pytest.raises(ConfigError, match="cannot export"):
+            mem.export(target)
     assert mem.facts() == {}
     assert mem.recall("x", k=0) == [] and mem.recall("x", k=-3) == []
+
+
+def test_a_path_like_giving_bytes_is_a_config_error(tmp_path: Path) -> None:
+    class BytesPath:
+        def __fspath__(self) -> bytes:
+            return str(tmp_path / "b.db").encode()
+
+    with pytest.raises(ConfigError, match="path"):
+        elastimem.Elastimem(BytesPath(), disable_builtin_embedder=True)  # type: ignore[arg-type]
+    assert not (tmp_path / "b.db").exists()
+
+
+def test_warnings_that_could_repeat_are_logged_once_per_instance(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    mem = make_store()
+    with caplog.at_level(logging.DEBUG, logger="elastimem"):
+        for _ in range(3):
+            mem.foreground_end()
+            mem.record_turn("a", "b", at="not a time")
+            mem.reindex()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sum("foreground_end()" in m for m in warnings) == 1
+    assert sum("unreadable at=" in m for m in warnings) == 1
+    assert sum("reindex found no usable embedder" in m for m in warnings) == 1
 
 
 SECRET = "Quokkasecret77"  # stands for user text a host exception quotes

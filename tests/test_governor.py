@@ -128,6 +128,8 @@ def test_memory_profile_field_order_and_defaults() -> None:
     assert profile.keep_last_n_turns == 4  # 1000 // 240
     extractive = dataclasses.replace(profile, rolling_summary_mode=RollingSummaryMode.EXTRACTIVE)
     assert extractive.rolling_summary_enabled is False
+    # The mode given by its value (a str enum compares equal to it) counts the same.
+    assert dataclasses.replace(profile, rolling_summary_mode="llm").rolling_summary_enabled is True
     assert dataclasses.replace(profile, window_min_turns=9).keep_last_n_turns == 9
     with pytest.raises(dataclasses.FrozenInstanceError):
         profile.tier = Tier.LITE  # type: ignore[misc]

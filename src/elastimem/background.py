@@ -89,6 +89,13 @@ class Services:
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
     keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
     live_facts: semantic.LiveFactsCache = field(default_factory=semantic.LiveFactsCache)
+    warned: set[str] = field(default_factory=set)
+
+    def warn_once(self, kind: str, message: str, *args: object) -> None:
+        """A warning that could repeat is logged once per instance, then at debug level."""
+        level = logging.DEBUG if kind in self.warned else logging.WARNING
+        self.warned.add(kind)
+        logger.log(level, message, *args)
 
     def close(self) -> None:
         """Free what outlives a call: cached postings and the idle helper threads."""
@@ -304,7 +311,7 @@ def reindex(
         )
     label = source.label
     if label is None or not source.resident() or not source.can_embed_passages():
-        logger.warning("reindex found no usable embedder; nothing was re-embedded")
+        services.warn_once("reindex", "reindex found no usable embedder; nothing was re-embedded")
         return 0
     dim = source.dims.get(label)
     if dim is None:

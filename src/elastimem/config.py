@@ -150,9 +150,9 @@ def check_option_names(names: Any) -> None:
     for name in names:
         if name not in valid:
             close = difflib.get_close_matches(str(name), valid, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(
-                f"unknown option {name!r}{hint} Valid options: {', '.join(sorted(valid))}"
+                f"unknown option {name!r}; {hint}valid options: {', '.join(sorted(valid))}"
             )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import migrations
 from .clock import now_ts
-from .errors import SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
+from .errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
 from .text import em_fold
 
 logger = logging.getLogger("elastimem")
@@ -543,7 +543,9 @@ def reconcile_fts(db: Database) -> None:
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
     """Expand ``~``, create missing parent folders and return the absolute path."""
-    raw = os.fspath(path)
+    raw: object = os.fspath(path)
+    if not isinstance(raw, str):  # a path-like object giving bytes
+        raise ConfigError(f"path={path!r} is invalid; pass a str or a path-like giving str")
     if raw == MEMORY_PATH:
         return MEMORY_PATH
     if not raw or "\x00" in raw:

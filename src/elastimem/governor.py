@@ -125,7 +125,7 @@ class MemoryProfile:
     @property
     def rolling_summary_enabled(self) -> bool:
         """True when evicted turns are summarised by the LLM (not extractively)."""
-        return self.rolling_summary_mode is RollingSummaryMode.LLM
+        return self.rolling_summary_mode == RollingSummaryMode.LLM
 
     @property
     def keep_last_n_turns(self) -> int:

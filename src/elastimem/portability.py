@@ -323,9 +323,12 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
     from . import __version__
 
     if isinstance(path_or_file, (str, os.PathLike)):
-        target = os.path.expanduser(os.fspath(path_or_file))
-        if not target:
-            raise ImportFormatError("cannot export to an empty path; pass a file path")
+        raw: object = os.fspath(path_or_file)
+        if not isinstance(raw, str) or not raw:
+            raise ConfigError(
+                f"cannot export to {path_or_file!r}; pass a file path or a writable file object"
+            )
+        target = os.path.expanduser(raw)
         if os.path.isdir(target):
             raise StoreError(f"cannot write the export to {target}: it is a folder; name a file")
         folder = os.path.dirname(os.path.abspath(target))
@@ -348,7 +351,7 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
             raise
         return counts
     if not hasattr(path_or_file, "write"):
-        raise ImportFormatError(
+        raise ConfigError(
             f"cannot export to {path_or_file!r}; pass a file path or a writable file object"
         )
     return _export_to(services, _ByteSink(path_or_file), __version__)

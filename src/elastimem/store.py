@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import background, db, episodic, jobs, procedural, retrieval, semantic
@@ -89,6 +89,7 @@ class Elastimem:
         self._llm = llm
         self._tokenizer = tokenizer_fn
         self._tokenizer_failed = False
+        self._warned: set[str] = set()  # warnings that could repeat: once per instance
         self._builtin: BuiltinEmbedder | None = None
         if embedder is None and not self._config.disable_builtin_embedder:
             self._builtin = BuiltinEmbedder()
@@ -205,6 +206,12 @@ class Elastimem:
                 )
         return episodic.length_estimate(text)
 
+    def _warn_once(self, kind: str, message: str, *args: object) -> None:
+        """A warning that could repeat is logged once per instance, then at debug level."""
+        level = logging.DEBUG if kind in self._warned else logging.WARNING
+        self._warned.add(kind)
+        logger.log(level, message, *args)
+
     def _chunk_estimator(self) -> episodic.Estimator:
         """``_est``, or the built-in estimate itself when no host tokenizer is in use, which
         lets chunking measure lengths instead of calling an estimator per candidate."""
@@ -301,7 +308,9 @@ class Elastimem:
         try:
             at_ts = to_ts(at) if at is not None else None
         except (ValueError, TypeError, OverflowError):
-            logger.warning("record_turn got an unreadable at=%r; using the current time", at)
+            self._warn_once(
+                "record_turn at", "record_turn got an unreadable at=%r; using the current time", at
+            )
             at_ts = None
         turn_at = at_ts or now_ts()
         # The tokenizer never runs under the write lock: measure and chunk first.
@@ -359,6 +368,7 @@ class Elastimem:
 
     def end_session(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self._check_open()
+        timeout = _timeout_arg(timeout)
         with self._state_lock:
             job_ids = self._close_current(wait=wait, timeout=timeout)
         if wait and job_ids:
@@ -665,9 +675,13 @@ class Elastimem:
 
     # -- background work ---------------------------------------------------------------------
 
-    @contextmanager
-    def foreground(self) -> Iterator[None]:
+    def foreground(self) -> AbstractContextManager[None]:
         """Hold off background LLM calls while the host's own model generates."""
+        self._check_open()  # now, not when the block is entered (§1.2: every method raises)
+        return self._foreground()
+
+    @contextmanager
+    def _foreground(self) -> Iterator[None]:
         self.foreground_begin()
         try:
             yield
@@ -681,13 +695,15 @@ class Elastimem:
     def foreground_end(self) -> None:
         self._check_open()
         if not self._gate.foreground_end():
-            logger.warning("foreground_end() without a matching foreground_begin(); ignored")
+            self._warn_once(
+                "foreground_end", "foreground_end() without a matching foreground_begin(); ignored"
+            )
         self._worker.signal()
 
     def drain(self, timeout: float = 5.0) -> bool:
         """Release batched extractions and wait for this process's jobs; False on timeout."""
         self._check_open()
-        return self._drain(timeout)
+        return self._drain(_timeout_arg(timeout))
 
     def _drain(self, timeout: float, *, runnable_only: bool = False) -> bool:
         """Release batched extractions and wait; ``runnable_only`` skips jobs in retry back-off."""
@@ -718,6 +734,7 @@ class Elastimem:
     def warm_up(self, timeout: float = 60.0) -> bool:
         """Have the worker load the built-in embedder; True when an embedder is ready."""
         self._check_open()
+        timeout = _timeout_arg(timeout)
         return background.warm_up(self._services, self._worker, self._governor.profile, timeout)
 
     # -- maintenance and portability ---------------------------------------------------------
@@ -778,6 +795,8 @@ class Elastimem:
         self, progress: Callable[[int, int], None] | None = None, *, force: bool = False
     ) -> int:
         self._check_open()
+        if progress is not None and not callable(progress):
+            raise ConfigError(f"progress={progress!r} is invalid; pass a callable(done, total)")
         try:
             return background.reindex(self._services, self._worker, progress, force=bool(force))
         except (ClosedError, EmbedderError, StoreError):
@@ -909,6 +928,13 @@ def _int_arg(value: object, name: str) -> int:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _timeout_arg(value: object, name: str = "timeout") -> float:
+    """A wait in seconds: a real number >= 0 (infinity waits for good)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(f"{name}={value!r} is invalid; pass a number of seconds >= 0")
+    return float(value)
 
 
 def _parse_kinds(kinds: Iterable[str] | None) -> frozenset[str]:
