@@ -49,6 +49,24 @@ def test_record_turn_opens_a_session_lazily_and_counts(mem: elastimem.Elastimem)
     assert info["title"] == "Hello there, how are you?"
 
 
+def test_a_turn_is_never_dated_before_the_session_it_opened(make_store: Any) -> None:
+    """ "Now" was read before a slow tokenizer ran and the lock was won, and the session the
+    turn opened lazily started later than its own first message."""
+
+    def slow_tokenizer(text: str) -> int:
+        time.sleep(0.05)
+        return len(text) // 4
+
+    mem = make_store(tokenizer_fn=slow_tokenizer)
+    mem.record_turn("the first words of a new session", "hello")
+    with mem._db.read() as conn:
+        started = conn.execute(
+            "SELECT started_at FROM sessions WHERE id = ?", (mem.session_id,)
+        ).fetchone()[0]
+        first = conn.execute("SELECT min(created_at) FROM messages").fetchone()[0]
+    assert started <= first
+
+
 def test_text_is_sanitised_but_otherwise_kept(mem: elastimem.Elastimem) -> None:
     huge = "word " * 250_000  # > 1 MB
     mem.record_turn("nul\x00byte and lone \ud800 surrogate", huge)
@@ -340,6 +358,30 @@ def test_a_session_with_a_stale_heartbeat_is_an_orphan(store_path: Path) -> None
             )
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         assert {s["id"]: s for s in mem.sessions()}[sid]["ended_at"] is not None
+
+
+def test_a_silent_session_of_this_very_pid_is_an_orphan_too(store_path: Path) -> None:
+    """A crashed process that came back with the same pid (a container's pid 1) left it:
+    skipping every session of this pid kept it open for good."""
+    with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("hello from the crashed run", "hi")
+        sid = mem.session_id
+        mem._session_id = None  # detach, so our own worker stops heartbeating it
+        with mem._db.atomic() as conn:
+            conn.execute(
+                "UPDATE sessions SET owner_pid = ?, owner_host = ?, "
+                "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
+                (mem._owner.pid, mem._owner.host, sid),
+            )
+    with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
+        assert {s["id"]: s for s in mem.sessions()}[sid]["ended_at"] is not None
+
+
+def test_a_live_session_of_another_instance_of_this_process_stays_open(make_store: Any) -> None:
+    first = make_store()
+    first.record_turn("still talking", "yes")
+    second = make_store()
+    assert {s["id"]: s for s in second.sessions()}[first.session_id]["ended_at"] is None
 
 
 WRITER = textwrap.dedent(

@@ -49,6 +49,26 @@ def test_garbage_file_is_set_aside_with_its_side_files(tmp_path: Path) -> None:
     assert any(n.endswith("-wal") for n in aside) and any(n.endswith("-shm") for n in aside)
 
 
+def test_a_store_whose_meta_page_is_damaged_is_set_aside(tmp_path: Path) -> None:
+    """§4.5 step 2 probes meta.schema_version too: with only that page damaged, every
+    open failed with "malformed" and nothing was set aside."""
+    path = tmp_path / "memory.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("name", "Ada")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'meta'").fetchone()[0]
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    with open(path, "r+b") as handle:  # page 1 (the schema) intact, meta's page garbage
+        handle.seek((root - 1) * page_size)
+        handle.write(b"\xff" * page_size)
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {}
+        mem.remember("name", "Grace")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(tuple("0123456789Z"))]
+
+
 def test_locked_file_raises_and_is_never_renamed(tmp_path: Path, fast_busy_timeout: None) -> None:
     path = tmp_path / "memory.db"
     elastimem.Elastimem(str(path), disable_builtin_embedder=True).close()

@@ -569,7 +569,14 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
 
 
 def _probe(conn: sqlite3.Connection) -> None:
+    """§4.5 step 2: read the schema, then ``meta.schema_version``: a damaged page in either
+    raises here, where it is classified (a corrupt store is set aside), not later."""
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta:
+        conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
 
 
 def _quarantine_corrupt(resolved: str) -> str:

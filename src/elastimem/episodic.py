@@ -315,9 +315,15 @@ def find_orphans(conn: sqlite3.Connection, me: Owner) -> list[int]:
         "SELECT id, owner_pid, owner_host, heartbeat_at FROM sessions WHERE ended_at IS NULL"
     ).fetchall()
     orphans = []
+    stale = ts_minus(ORPHAN_HEARTBEAT_SECONDS)
     for session_id, pid, host, beat in rows:
         if pid == me.pid and host == me.host:
-            continue  # another instance of this very process; it closes its own sessions
+            # Another instance of this very process closes its own sessions, and refreshes
+            # their heartbeat at least every minute. A silent one is a crashed process that
+            # came back with the same pid (routine in containers, where the app is pid 1).
+            if beat is None or beat < stale:
+                orphans.append(int(session_id))
+            continue
         if owner_is_gone(pid, host, beat, me):
             orphans.append(int(session_id))
     return orphans

@@ -312,7 +312,6 @@ class Elastimem:
                 "record_turn at", "record_turn got an unreadable at=%r; using the current time", at
             )
             at_ts = None
-        turn_at = at_ts or now_ts()
         # The tokenizer never runs under the write lock: measure and chunk first.
         user_tokens = self._est(user)
         assistant_tokens = self._est(assistant)
@@ -325,6 +324,9 @@ class Elastimem:
         with self._state_lock:
             with self._db.atomic() as conn:
                 session_id = self._ensure_session(conn, at_ts)
+                # "Now" under the lock, after a lazily opened session's start: taken before
+                # the tokenizer ran and the lock was won, it came before the session began.
+                turn_at = at_ts or now_ts()
                 record = episodic.insert_turn(
                     conn,
                     session_id,
