@@ -97,6 +97,11 @@ async def _session_calls(db: str, errlog: Any) -> dict[str, Any]:
             out["recall_facts"] = payload(
                 await call("recall", {"query": "green", "kinds": ["fact"], "k": 3})
             )
+            # Like recall(): any k, none for k <= 0 (no cap the API does not have).
+            out["recall_k"] = [
+                payload(await call("recall", {"query": "green", "kinds": ["fact"], "k": k}))
+                for k in (500, 0, -1)
+            ]
             out["timeline"] = payload(await call("timeline", {"query": "favorite color"}))
             out["add_lesson"] = payload(
                 await call("add_lesson", {"text": "Ask before booking", "tag": "travel"})
@@ -159,6 +164,9 @@ def test_stdio_session_with_the_sdk_client(tmp_path: Path) -> None:
         out["recall_facts"] if isinstance(out["recall_facts"], list) else [out["recall_facts"]]
     )
     assert fact_hits[0]["text"] == "favorite_color: green"
+    big, zero, negative = out["recall_k"]
+    assert (big if isinstance(big, list) else [big])[0]["text"] == "favorite_color: green"
+    assert zero == [] and negative == []
     timeline = out["timeline"]
     assert timeline["key"] == "favorite_color" and timeline["resolved_by"] == "exact"
     assert [v["value"] for v in timeline["versions"]] == ["teal", "green"]
@@ -238,7 +246,10 @@ def test_sigterm_closes_the_store_and_stdout_is_protocol_only(tmp_path: Path) ->
         assert reply is not None and not reply["result"].get("isError"), reply
         start = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        _out, err = proc.communicate(timeout=30)
+        # The client keeps stdin open: the server must end by itself (the SDK's stdin
+        # reader kept it alive until the client closed the pipe).
+        proc.wait(timeout=15)
+        _out, err = proc.communicate(timeout=5)
     finally:
         if proc.poll() is None:
             proc.kill()

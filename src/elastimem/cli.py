@@ -556,7 +556,7 @@ def serve_mcp(state: CliState, llm_url: str | None, llm_model: str | None, llm_k
         raise click.ClickException(str(exc)) from exc
     configure_stderr_logging(state.verbose)
     try:
-        serve(
+        terminated = serve(
             state.db_path(),
             llm=_make_llm(llm_url, llm_model, llm_key),
             tier=state.tier,
@@ -564,6 +564,12 @@ def serve_mcp(state: CliState, llm_url: str | None, llm_model: str | None, llm_k
         )
     except ElastimemError as exc:
         raise click.ClickException(str(exc)) from exc
+    if terminated:
+        # The store is closed. The SDK's stdin reader would keep the process alive until
+        # the client closes its end of the pipe: end it now, as SIGTERM asked.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 # -- demo --------------------------------------------------------------------------------------

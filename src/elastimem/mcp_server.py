@@ -28,7 +28,6 @@ SERVER_NAME = "elastimem"
 MISSING_EXTRA_MESSAGE = (
     "the MCP server needs the official MCP SDK; install it with: pip install 'elastimem[mcp]'"
 )
-MAX_RECALL_K = 50
 INSTRUCTIONS = (
     "Long-term memory about the user, kept across conversations. Call build_context at the "
     "start of a reply to get what is known (facts, relevant past moments, previous sessions, "
@@ -114,7 +113,7 @@ def build_server(mem: Any) -> Any:
     )
     def recall(
         query: Annotated[StrictStr, Field(description="What to look for, in plain words.")],
-        k: Annotated[int, Field(description="How many hits to return.", ge=0, le=MAX_RECALL_K)] = 5,
+        k: Annotated[int, Field(description="How many hits to return (none when <= 0).")] = 5,
         kinds: Annotated[
             list[Literal["chunk", "fact"]] | None,
             Field(
@@ -206,8 +205,12 @@ def serve(
     llm: Callable[..., str] | None = None,
     tier: str | None = None,
     builtin_embedder: bool = True,
-) -> None:
-    """Run the server on stdin/stdout until the client disconnects or SIGTERM/SIGINT."""
+) -> bool:
+    """Run the server on stdin/stdout until the client disconnects or SIGTERM/SIGINT.
+
+    Returns True when a SIGTERM stopped it: the SDK's thread reading stdin then stays
+    blocked until the client closes its end, so the caller should end the process.
+    """
     load_sdk()  # fail before opening the store when the extra is missing
     from .store import Elastimem
 
@@ -220,7 +223,7 @@ def serve(
         try:
             mem = Elastimem(db_path, **kw)
         except KeyboardInterrupt:
-            return
+            return terminated.fired
         try:
             server = build_server(mem)
             logger.info("elastimem MCP server ready on stdio (store %s)", mem.path)
@@ -236,6 +239,7 @@ def serve(
         finally:
             mem.close()
             logger.info("elastimem MCP server stopped; store closed")
+    return terminated.fired
 
 
 class _Terminated(KeyboardInterrupt):
