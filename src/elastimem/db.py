@@ -509,6 +509,22 @@ def fts5_available(conn: sqlite3.Connection) -> bool:
         return False
 
 
+def _fts_tables_readable(conn: sqlite3.Connection) -> bool:
+    """FTS5 works on this read-only connection: a query on both tables runs.
+
+    ``fts5_available`` creates a temporary table, which a ``mode=ro`` or immutable
+    connection refuses even where FTS5 reads fine: recall then fell back to LIKE scans.
+    """
+    if os.environ.get(FTS_DISABLE_ENV_VAR, "").strip() == "1":
+        return False
+    try:
+        for table in ("chunks_fts", "facts_fts"):
+            conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH '\"x\"' LIMIT 1")
+        return True
+    except sqlite3.Error:
+        return False
+
+
 def reconcile_fts(db: Database) -> None:
     """Bring the FTS tables in line with this build's FTS5 support (§4.3)."""
     with db.atomic() as conn:
@@ -832,9 +848,9 @@ def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
                 )
             # Search the FTS index only if it is current; otherwise the LIKE legs answer.
             db.fts_enabled = (
-                fts5_available(c)
-                and get_meta(c, "fts.state") == "on"
+                get_meta(c, "fts.state") == "on"
                 and get_meta(c, "fts.tokenizer") == FTS_TOKENIZER
+                and _fts_tables_readable(c)
             )
     except BaseException:
         db.close()

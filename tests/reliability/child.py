@@ -348,6 +348,7 @@ def readonly(path: str, user_id: str | None = None) -> None:
         report["timeline_key"] = mem.timeline("breakfast").key
         report["sessions"] = len(mem.sessions())
         report["stats_messages"] = mem.stats()["messages"]
+        report["fts_enabled"] = mem.fts_enabled
     except Exception as exc:
         report["read_error"] = f"{type(exc).__name__}: {exc}"
     before = logs.errors

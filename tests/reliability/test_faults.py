@@ -220,6 +220,8 @@ def test_read_only_store_reads_work_and_writes_fail_clearly(
     assert "open_error" not in report, report["open_error"]
     assert "read_error" not in report, report["read_error"]
     assert report["facts"] == {"breakfast": "marmalade toast"}
+    # FTS5 reads fine here: its probe (a temporary table) did not, and recall used LIKE.
+    assert report["fts_enabled"] is True
     assert report["recall"] and "marmalade" in report["recall"][0]
     assert report["context_has_fact"] and report["timeline_key"] == "breakfast"
     assert report["record_turn_raised"] is None
