@@ -231,6 +231,16 @@ def test_every_method_raises_closed_error_after_close(make_store: Any) -> None:
         mem.foreground()  # at the call, not when the block is entered
 
 
+def test_reconfigure_wires_the_built_in_embedder_in_and_out(make_store: Any) -> None:
+    """The config said one thing and the store did another: the flag was read at open only."""
+    mem = make_store()  # disable_builtin_embedder=True
+    assert mem.stats()["embedder"] == "none"
+    mem.reconfigure(disable_builtin_embedder=False)
+    assert mem.stats()["embedder"] == "not_loaded"  # wired in; loaded lazily as ever
+    mem.reconfigure(disable_builtin_embedder=True)
+    assert mem.stats()["embedder"] == "none" and mem.config.disable_builtin_embedder
+
+
 def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
     expected = {
         "path",

@@ -267,7 +267,21 @@ class Elastimem:
         profile = self._governor.reconfigure(new_config, reprobe=reprobe)
         self._config = new_config
         self._vectors.set_config(new_config)
+        self._rewire_builtin_embedder()
         return self._after_tier_change(profile)
+
+    def _rewire_builtin_embedder(self) -> None:
+        """Follow ``disable_builtin_embedder`` when it changes (no host embedder given)."""
+        if self._embedding.host_embed is not None:
+            return
+        wanted = not self._config.disable_builtin_embedder
+        if wanted == (self._builtin is not None):
+            return
+        self._builtin = BuiltinEmbedder() if wanted else None
+        self._embedding.builtin = self._builtin  # a query in flight keeps the one it had
+        self._embedding.load_requested = False
+        if not wanted:
+            self._vectors.drop()  # the model's rows; another model would reload its own
 
     def _after_tier_change(self, profile: MemoryProfile) -> MemoryProfile:
         # At LITE the vector matrix is freed and searched in streamed blocks instead.

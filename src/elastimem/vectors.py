@@ -322,6 +322,14 @@ class VectorIndex:
         """Where HNSW builds and snapshot writes run (the store's worker)."""
         self._submit = submit
 
+    def drop(self) -> None:
+        """Free the resident rows and the graph (the active model went away); the next
+        search loads what it needs again."""
+        with self._lock:
+            self._reset(None, None)
+            self._ann = None
+            self._snapshot_tried.clear()
+
     def set_streaming(self, streaming: bool) -> None:
         with self._lock:
             if streaming and not self._streaming:
