@@ -620,7 +620,7 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
     at = group[-1].at or None
     turn_numbers = [t.turn for t in group]
     with services.db.atomic() as conn:
-        if not conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
+        if not episodic.exists(conn, session_id):
             return  # erased while the LLM read it: nothing of it may come back (§5.16)
         touched = False
         for key, value, reason in extraction.rejected:

@@ -230,6 +230,10 @@ def open_session(
     return session_id
 
 
+def exists(conn: sqlite3.Connection, session_id: int) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+
+
 def is_open(conn: sqlite3.Connection, session_id: int) -> bool:
     row = conn.execute("SELECT ended_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
     return row is not None and row[0] is None

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import episodic
 from .clock import now_ts, parse_moment, utcnow
 from .guards import guard_fact
 from .migrations import FACTS_STAMP_KEY
@@ -132,7 +133,7 @@ def write_fact(
     if live is not None and source == "auto" and len(value) < SHORT_AUTO_VALUE:
         quarantine(conn, key, value, "kept existing value", source, quarantine_cap)
         return FactWrite(False, "kept existing value", int(live[0]), key)
-    if origin_session_id is not None and not _session_exists(conn, origin_session_id):
+    if origin_session_id is not None and not episodic.exists(conn, origin_session_id):
         # Erased since (by another instance or process, or while a job waited): the fact
         # is still stored, without an origin, as the foreign key's ON DELETE SET NULL would.
         origin_session_id = None
@@ -156,10 +157,6 @@ def write_fact(
     if live is not None:
         conn.execute("UPDATE facts SET invalidated_by = ? WHERE id = ?", (new_id, live[0]))
     return FactWrite(True, "stored", new_id, key)
-
-
-def _session_exists(conn: sqlite3.Connection, session_id: int) -> bool:
-    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
 
 
 def live_facts(conn: sqlite3.Connection) -> list[Fact]:

@@ -89,7 +89,6 @@ class Elastimem:
         self._llm = llm
         self._tokenizer = tokenizer_fn
         self._tokenizer_failed = False
-        self._warned: set[str] = set()  # warnings that could repeat: once per instance
         self._builtin: BuiltinEmbedder | None = None
         if embedder is None and not self._config.disable_builtin_embedder:
             self._builtin = BuiltinEmbedder()
@@ -206,12 +205,6 @@ class Elastimem:
                 )
         return episodic.length_estimate(text)
 
-    def _warn_once(self, kind: str, message: str, *args: object) -> None:
-        """A warning that could repeat is logged once per instance, then at debug level."""
-        level = logging.DEBUG if kind in self._warned else logging.WARNING
-        self._warned.add(kind)
-        logger.log(level, message, *args)
-
     def _chunk_estimator(self) -> episodic.Estimator:
         """``_est``, or the built-in estimate itself when no host tokenizer is in use, which
         lets chunking measure lengths instead of calling an estimator per candidate."""
@@ -322,7 +315,7 @@ class Elastimem:
         try:
             at_ts = to_ts(at) if at is not None else None
         except (ValueError, TypeError, OverflowError):
-            self._warn_once(
+            self._services.warn_once(
                 "record_turn at", "record_turn got an unreadable at=%r; using the current time", at
             )
             at_ts = None
@@ -711,7 +704,7 @@ class Elastimem:
     def foreground_end(self) -> None:
         self._check_open()
         if not self._gate.foreground_end():
-            self._warn_once(
+            self._services.warn_once(
                 "foreground_end", "foreground_end() without a matching foreground_begin(); ignored"
             )
         self._worker.signal()
