@@ -115,10 +115,10 @@ def test_hnsw_answers_match_numpy_on_a_store(database: db_module.Database) -> No
     for query in unit_rows(rng, 20, 16):
         found = search(approx, database, query, 10)
         truth = dict(search(exact, database, query, 1000))
-        # Exact scores, (-score, id) order; a graph may leave a node or two unreachable
+        # Exact scores, (-score, -id) order; a graph may leave a node or two unreachable
         # (HNSW pruning), so overlap, not equality, is the approximate part.
         assert all(score == truth[cid] for cid, score in found)
-        assert found == sorted(found, key=lambda item: (-item[1], item[0]))
+        assert found == sorted(found, key=lambda item: (-item[1], -item[0]))
         hits += len({cid for cid, _ in found} & set(list(truth)[:10]))
     assert hits / 200 >= 0.98
 

@@ -973,6 +973,24 @@ def test_the_identity_cache_does_not_keep_a_store_alive() -> None:
     assert database() is None
 
 
+def test_facts_the_graph_alone_brings_are_capped_like_its_chunks(make_store: MakeStore) -> None:
+    """A reached node named in many facts filled the hits with facts sharing no word
+    with the query: like the graph leg's chunks, at most 10 come in by the graph alone."""
+    mem = make_store(tier_override="full")
+    mem.record_turn("My Jetson board runs CUDA really nicely", "ok")
+    chunk = mem.recall("Jetson", kinds=["chunk"])[0].id
+    extract(mem, [ent("Jetson"), ent("CUDA")], [rel("Jetson", "runs", "CUDA")],
+            rows=[(chunk, "My Jetson board runs CUDA really nicely")])  # fmt: skip
+    for i in range(25):
+        mem.remember(f"gpu_note_{i:02d}", f"needs CUDA version {i}")
+    mem.remember("board", "Jetson Orin")  # names the query's own word
+    facts = [h for h in mem.recall("Jetson", k=50) if h.kind == "fact"]
+    assert facts[0].text == "board: Jetson Orin"
+    graph_only = [h.text for h in facts[1:]]
+    assert len(graph_only) == 10
+    assert graph_only == [f"gpu_note_{i:02d}: needs CUDA version {i}" for i in range(24, 14, -1)]
+
+
 def test_extra_chunks_apply_filters_in_sql(store: Store) -> None:
     ids = hop_store(store)
     sig = signal(store, "my jetson")

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from elastimem.rules import (
     CALL_ME_STOPLIST,
     FORBIDDEN_FIRST_WORDS,
+    NAME_STARTS,
     capture_rules,
     clean_value,
 )
@@ -288,6 +289,24 @@ def test_capitalised_proper_nouns_keep_a_forbidden_looking_first_word() -> None:
     assert capture_rules("My favourite band is The Beatles") == [("favorite_band", "The Beatles")]
     assert capture_rules("I work at Home Depot") == [("employer", "Home Depot")]
     assert capture_rules("I work at home") == []
+    assert capture_rules("My name is The Rock") == [("name", "The Rock")]
+
+
+@pytest.mark.parametrize("word", sorted(FORBIDDEN_FIRST_WORDS - NAME_STARTS))
+def test_forbidden_words_that_start_no_name_drop_the_capture_in_any_case(word: str) -> None:
+    """§5.5 matches case-insensitively: "Not blue" is no value, whatever its case."""
+    assert clean_value(f"{word.capitalize()} thing") is None
+    assert clean_value(f"{word.upper()} thing") is None
+
+
+def test_capitalised_adverbs_are_not_values() -> None:
+    assert capture_rules("My favorite color is Not blue") == []
+    assert capture_rules("I'm from Very far away") == []
+
+
+def test_a_favorite_subject_may_hold_hyphenated_words() -> None:
+    assert capture_rules("My favorite sci-fi movie is Dune") == [("favorite_sci_fi_movie", "Dune")]
+    assert capture_rules("my favourite ice-cream is mint") == [("favorite_ice_cream", "mint")]
 
 
 @pytest.mark.parametrize("raw", ["", "   ", "...", "!?"])

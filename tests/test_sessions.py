@@ -67,6 +67,22 @@ def test_a_turn_is_never_dated_before_the_session_it_opened(make_store: Any) -> 
     assert started <= first
 
 
+def test_chunks_stay_within_the_target_under_a_host_tokenizer(make_store: Any) -> None:
+    """A word longer than a chunk was cut into slices sized as if its tokens were evenly
+    spread: CJK text (no spaces) measured by a CJK-aware tokenizer came out ~3x over."""
+
+    def cjk_tokens(text: str) -> int:  # a token per CJK character, 4 characters otherwise
+        wide = sum(1 for ch in text if ord(ch) > 0x2E80)
+        return wide + (len(text) - wide) // 4
+
+    mem = make_store(tokenizer_fn=cjk_tokens, chunk_target_tokens=64)
+    mem.record_turn("東京タワーに行きました" * 40 + "abcd" * 300, "はい")  # dense, then sparse
+    with mem._db.read() as conn:
+        texts = [r[0] for r in conn.execute("SELECT text FROM chunks ORDER BY id")]
+    assert len(texts) > 3 and max(cjk_tokens(t) for t in texts) <= 64
+    assert "".join(t.replace("User: ", "").replace("\n", "") for t in texts).count("東京") == 40
+
+
 def test_text_is_sanitised_but_otherwise_kept(mem: elastimem.Elastimem) -> None:
     huge = "word " * 250_000  # > 1 MB
     mem.record_turn("nul\x00byte and lone \ud800 surrogate", huge)

@@ -2,7 +2,7 @@
 
 Most tests drive ``VectorIndex`` over a real store file whose chunks are bulk-loaded with
 known vectors, and compare every answer with a brute-force float64 reference: exact
-scores, ``(-score, id)`` order, filters applied before the cut. The store-level tests go
+scores, ``(-score, -id)`` order, filters applied before the cut. The store-level tests go
 through the public API with a host embedder.
 """
 
@@ -110,7 +110,7 @@ def reference(
     filters: Filters = NO_FILTERS,
     label: str = LABEL,
 ) -> list[tuple[int, float]]:
-    """Brute force: every current row, filters in SQL, float64 scores, (-score, id)."""
+    """Brute force: every current row, filters in SQL, float64 scores, (-score, -id)."""
     where, params = filters.chunk_sql("c")
     with database.read() as conn:
         rows = conn.execute(
@@ -122,7 +122,7 @@ def reference(
     for cid, blob in rows:
         vector = np.frombuffer(blob, "<f4").astype(np.float64)
         scored.append((int(cid), float(np.add.reduce(vector * query.astype(np.float64)))))
-    scored.sort(key=lambda item: (-item[1], item[0]))
+    scored.sort(key=lambda item: (-item[1], -item[0]))
     return scored[:n]
 
 
@@ -206,15 +206,16 @@ def test_a_started_search_holds_the_index_until_it_is_finished(
     assert search(index, database, query, 20) == expected  # unlocked
 
 
-def test_ties_are_ordered_by_id(database: db_module.Database) -> None:
+def test_ties_at_the_cut_go_to_the_higher_id(database: db_module.Database) -> None:
+    """§5.6: "Ties at a candidate cut go to the higher id", as in the keyword legs."""
     rng = np.random.default_rng(3)
     same = unit_rows(rng, 1, 8)[0]
     vectors = np.vstack([unit_rows(rng, 20, 8), np.tile(same, (30, 1))])
-    add_chunks(database, vectors)
+    ids = add_chunks(database, vectors)
     index = index_for(database)
     found = search(index, database, same, 10)
     tied = [cid for cid, score in found]
-    assert tied == sorted(tied) and len({round(s, 12) for _, s in found}) == 1
+    assert tied == sorted(ids)[-10:][::-1] and len({round(s, 12) for _, s in found}) == 1
     assert found == reference(database, same, 10)
 
 
@@ -571,9 +572,9 @@ def test_hnsw_results_are_rescored_exactly(database: db_module.Database) -> None
         found = search(index, database, query, 50)
         every = reference(database, query, 4000)
         exact, score_of = every[:50], dict(every)
-        # Every score is the exact one, and the order is (-score, id).
+        # Every score is the exact one, and the order is (-score, -id).
         assert all(score == score_of[cid] for cid, score in found)
-        assert found == sorted(found, key=lambda item: (-item[1], item[0]))
+        assert found == sorted(found, key=lambda item: (-item[1], -item[0]))
         hits += len({cid for cid, _ in found[:10]} & {cid for cid, _ in exact[:10]})
         total += 10
     assert hits / total >= 0.98

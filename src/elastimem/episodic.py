@@ -151,6 +151,10 @@ def _cut_words(sentence: str, est: Estimator, target: int) -> list[str]:
         while tokens > target:
             # A word longer than a whole chunk: cut it into character slices.
             size = max(1, len(word) * target // max(1, tokens))
+            if size > 1 and est(word[:size]) > target:
+                # That assumed the tokens spread evenly over the word; a host tokenizer on
+                # text without spaces (CJK) disagrees: the longest prefix that fits.
+                size = _longest_fitting_prefix(word, size - 1, est, target)
             if current:
                 out.append(current)
                 current = ""
@@ -166,6 +170,18 @@ def _cut_words(sentence: str, est: Estimator, target: int) -> list[str]:
     if current:
         out.append(current)
     return out
+
+
+def _longest_fitting_prefix(word: str, longest: int, est: Estimator, target: int) -> int:
+    """The largest ``n <= longest`` with ``est(word[:n]) <= target`` (at least 1)."""
+    low, high = 1, max(1, longest)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if est(word[:middle]) <= target:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _char_limit(target: int) -> int:

@@ -701,11 +701,19 @@ def _rank_facts(
     matched = fact_keyword_leg(conn, terms, filters, fts_enabled, index=index)
     lifted: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
-        # Facts the graph alone lifts (names of reached nodes in their key or value).
+        # Facts naming a reached node in their key or value: g for the keyword candidates,
+        # and, like the graph leg's chunks, at most GRAPH_CANDIDATES facts the graph alone
+        # brings, by (-g, -id). Uncapped, a node named in many facts ("needs CUDA 11",
+        # "needs CUDA 12", ...) filled the hits with facts sharing no word with the query.
         try:
             lifted = graph.fact_candidates(conn, filters)
         except Exception as exc:
             logger.debug("graph fact candidates failed: %s", exc)
+        graph_only = sorted(
+            (fid for fid in lifted if fid not in matched), key=lambda f: (-lifted[f][0], -f)
+        )
+        for fid in graph_only[GRAPH_CANDIDATES:]:
+            del lifted[fid]
     ids = sorted(set(matched) | set(lifted))
     if not ids:
         return []

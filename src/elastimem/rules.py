@@ -49,13 +49,16 @@ FILLER_WORDS = frozenset({
 # fmt: on
 
 # A capture whose first word is one of these is not a value ("I live in a flat",
-# "I work at home", "I'm from the north"). Compared case-insensitively.
+# "I work at home", "I'm from the north"). Compared case-insensitively, except for
+# NAME_STARTS: capitalised, those begin proper nouns ("The Beatles", "Home Depot", "A Tribe
+# Called Quest"), while no name starts with "Not" or "Very" ("my favorite color is Not blue").
 # fmt: off
 FORBIDDEN_FIRST_WORDS = frozenset({
     "not", "no", "very", "so", "too", "really", "just", "kind", "sort", "a", "an", "the",
     "still", "also", "actually", "basically", "literally", "work", "home", "here", "there",
     "moment",
 })
+NAME_STARTS = frozenset({"a", "an", "the", "work", "home", "here", "there", "moment", "kind"})
 # fmt: on
 
 # "call me <word>" words that are not names ("call me later", "call me back").
@@ -200,7 +203,7 @@ RULES: tuple[Rule, ...] = (
 # the first "is", so "my favorite song is Is This Love" keys on "song". The value runs to the
 # end of the clause: a comma, ; : ! ? ( ) — –, a newline, or a period followed by a space or
 # the end (so "3.5" and "Node.js" stay whole).
-_SUBJECT_WORD = r"(?!is\b)[^\W_]+(?:['’][^\W_]+)*"
+_SUBJECT_WORD = r"(?!is\b)[^\W_]+(?:['’-][^\W_]+)*"  # "sci-fi", "e-mail", "mom's"
 _CLAUSE = r"(?:[^,;:!?()\n\r—–.]|\.(?=\S))*"
 FAVORITE_RE = _compile(
     r"\bmy\s+(?:favou?rite|preferred)\s+"
@@ -223,11 +226,17 @@ def clean_value(raw: str) -> str | None:
             value = _strip(value[: word.start()])
             break
     first = _CLEAN_WORD_RE.search(value)
-    # Only the lowercase form is forbidden: "the office" is no value, but a capitalised
-    # proper noun ("The Beatles", "Home Depot", "The Hague") is.
-    if first is None or first.group() in FORBIDDEN_FIRST_WORDS:
+    if first is None or _forbidden_first(first.group()):
         return None
     return value
+
+
+def _forbidden_first(word: str) -> bool:
+    """See FORBIDDEN_FIRST_WORDS: "the office" is no value, "The Hague" is."""
+    lowered = word.lower()
+    if lowered not in FORBIDDEN_FIRST_WORDS:
+        return False
+    return word == lowered or lowered not in NAME_STARTS
 
 
 def _strip(value: str) -> str:

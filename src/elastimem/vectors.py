@@ -25,7 +25,8 @@ dimension, caches query vectors and marks a host embedder failed after 3 straigh
 Scores are exact and identical across backends: the codes' proven error bounds pick the
 candidates (the LITE stream: a float32 product with a margin that covers its rounding),
 then :func:`exact_scores` re-scores them from the stored float32 vectors in float64, row by
-row, independently of where a row sits in memory. Results are ordered by ``(-score, id)``.
+row, independently of where a row sits in memory. Results are ordered by ``(-score, -id)``:
+a tie at the cut goes to the higher (newer) id, as in every leg of §5.6.
 """
 
 from __future__ import annotations
@@ -285,8 +286,8 @@ def _margin(dim: int) -> float:
 
 
 def _best(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``n`` by ``(-score, id)``."""
-    order = np.lexsort((ids, -scores))[:n]
+    """The first ``n`` by ``(-score, -id)``."""
+    order = np.lexsort((-ids, -scores))[:n]
     return ids[order], scores[order]
 
 
@@ -539,7 +540,7 @@ class VectorIndex:
         filters: Filters,
         n: int,
     ) -> list[tuple[int, float]]:
-        """Top ``n`` chunks by cosine among rows passing ``filters``, ordered (−score, id)."""
+        """Top ``n`` chunks by cosine among rows passing ``filters``, ordered (−score, −id)."""
         return self.start_search(conn, query, label, filters, n, beside=False)()
 
     def start_search(
@@ -637,7 +638,7 @@ class VectorIndex:
         label: str,
         n: int,
     ) -> list[tuple[int, float]]:
-        """The top ``n`` of ``rows`` by exact cosine, ordered ``(-score, id)``.
+        """The top ``n`` of ``rows`` by exact cosine, ordered ``(-score, -id)``.
 
         The fine bound narrows the rows to the few that can be in the top ``n``; those are
         re-scored from their float32 vectors: kept from an earlier search, or read from
