@@ -241,6 +241,29 @@ def test_reconfigure_wires_the_built_in_embedder_in_and_out(make_store: Any) -> 
     assert mem.stats()["embedder"] == "none" and mem.config.disable_builtin_embedder
 
 
+def test_on_tier_change_sees_the_config_that_changed_the_tier(make_store: Any) -> None:
+    seen: list[tuple[Any, int]] = []
+    holder: list[Any] = []
+
+    def hook(old: Any, new: Any) -> None:
+        mem = holder[0]
+        seen.append((mem.config.tier_override, mem.config.context_tokens))
+        if new == elastimem.Tier.FULL:  # a hook that reconfigures builds on the new config
+            mem.reconfigure(context_tokens=16384)
+
+    mem = make_store(on_tier_change=hook, tier_override="standard")
+    holder.append(mem)
+    mem.reconfigure(tier_override="lite", context_tokens=8192)
+    assert seen[-1] == (elastimem.Tier.LITE, 8192)
+    mem.reconfigure(tier_override="full")
+    assert (mem.config.tier_override, mem.config.context_tokens) == (elastimem.Tier.FULL, 16384)
+    assert mem.profile.tier == elastimem.Tier.FULL
+    with elastimem.Elastimem(
+        ":memory:", disable_builtin_embedder=True, tier_override="full", context_tokens=16384
+    ) as reference:
+        assert mem.profile.budgets == reference.profile.budgets
+
+
 def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
     expected = {
         "path",

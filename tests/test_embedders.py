@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import elastimem
 from elastimem import embedders
 from elastimem.embedders import (
     BGE_LABEL,
@@ -585,6 +586,23 @@ def test_cached_bge_loads_offline_with_query_prefix(
     assert embedder.embed([]).shape == (0, 8)
     with pytest.raises(TypeError, match=r"texts\[1\]"):
         embedder.embed(["ok", 3])  # type: ignore[list-item]
+
+
+def test_warm_up_loads_the_built_in_model_when_only_a_query_embedder_is_given(
+    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+) -> None:
+    """Passages are then the built-in model's: warm_up() said True without loading it."""
+    _lay_out_bge_cache(embedder_env)
+
+    def query_embedder(text: str) -> list[float]:
+        return [1.0] + [0.0] * 7
+
+    with elastimem.Elastimem(
+        str(tmp_path / "q.db"), query_embedder=query_embedder, tier_override="full"
+    ) as mem:
+        assert mem.stats()["embedder"] == "not_loaded"
+        assert mem.warm_up(timeout=30) is True
+        assert mem.stats()["embedder"] == "ready" and len(fake_fastembed.instances) == 1
 
 
 def test_uncached_bge_is_skipped_without_touching_fastembed(

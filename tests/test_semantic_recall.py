@@ -154,6 +154,21 @@ def test_vector_leg_at_lite_streams_with_the_same_results(
     assert after == before
 
 
+def test_a_store_opened_at_lite_streams_from_its_first_recall(
+    make_store: Factory, store_path: Path, embedder: HashEmbedder
+) -> None:
+    """Only a later tier change used to turn streaming on: a store opened at LITE (a
+    low-RAM machine) held every vector from its first recall on."""
+    mem = make_store(embedder=embedder, tier_override="standard")
+    fill(mem)
+    before = [(h.id, h.score) for h in mem.recall("Biscuit", 5)]
+    mem.close()
+    lite = make_store(store_path, embedder=embedder, tier_override="lite")
+    assert [(h.id, h.score) for h in lite.recall("Biscuit", 5)] == before
+    assert lite.stats()["vector_backend"] == "numpy-stream"
+    assert lite._vectors.resident_rows == 0
+
+
 def test_embed_jobs_batch_a_backlog(make_store: Factory) -> None:
     embedder = HashEmbedder()
     gate = threading.Event()
@@ -593,6 +608,25 @@ def test_reindex_is_resumable_after_an_embedder_error(
     embedder.fault = None
     assert mem.reindex() == 86
     assert mem.stats()["stale_embeddings"] == 0
+
+
+def test_failed_reindex_calls_never_give_the_host_embedder_up(
+    make_store: Factory, store_path: Path
+) -> None:
+    """EmbedderError says "fix the embedder and run reindex again": three failures counted
+    toward the embed job's rule marked it failed, and the next reindex did nothing."""
+    first = make_store(embedder=HashEmbedder(dim=64))
+    fill(first)
+    first.close()
+    embedder = CountingEmbedder(dim=32)
+    embedder.fault = raise_error
+    mem = make_store(store_path, embedder=embedder)
+    for _ in range(4):
+        with pytest.raises(EmbedderError):
+            mem.reindex()
+    embedder.fault = None
+    assert mem.reindex() == len(TURNS)
+    assert mem.stats()["embedder"] == "ready" and mem.stats()["stale_embeddings"] == 0
 
 
 def test_reindex_without_an_embedder_warns_and_returns_zero(

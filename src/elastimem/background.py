@@ -357,7 +357,7 @@ def reindex(
 
 def _embed_or_raise(source: EmbeddingSource, texts: list[str]) -> Any:
     try:
-        return source.embed_passages(texts)
+        return source.embed_passages(texts, count_failure=False)
     except Exception as exc:
         raise EmbedderError(
             f"the embedder failed during reindex ({exc}); fix the embedder and run reindex "
@@ -391,8 +391,9 @@ def _warm_up_embedder(
     services: Services, worker: Worker, profile: MemoryProfile, timeout: float
 ) -> bool:
     source = services.embedding
-    if source.host_embed is not None or source.host_query is not None:
+    if source.host_embed is not None:
         return not source.failed
+    # No host embedder: passages are the built-in model's even with a host query_embedder.
     builtin = source.builtin
     if builtin is None:
         return False

@@ -102,6 +102,7 @@ class Elastimem:
         self._gate = LLMGate()
         self._vectors = VectorIndex(self._db, self._config)
         self._governor = Governor(self._config, probe_fn=probe_fn, on_tier_change=on_tier_change)
+        self._after_tier_change(self._governor.profile)  # opened at LITE: stream from the start
         self._closed = False
         self._closing = False
         try:
@@ -256,12 +257,20 @@ class Elastimem:
 
     def reconfigure(self, *, reprobe: bool = False, **overrides: Any) -> MemoryProfile:
         self._check_open()
-        new_config = self._config.with_overrides(overrides)
-        profile = self._governor.reconfigure(new_config, reprobe=reprobe)
+        old_config = self._config
+        new_config = old_config.with_overrides(overrides)
+        # In force before the governor runs on_tier_change, so the hook sees the config
+        # that changed the tier (and a hook that reconfigures builds on it).
         self._config = new_config
-        self._vectors.set_config(new_config)
+        try:
+            self._governor.reconfigure(new_config, reprobe=reprobe)
+        except BaseException:
+            self._config = old_config
+            raise
+        # What is current now: the hook may have reconfigured again meanwhile.
+        self._vectors.set_config(self._config)
         self._rewire_builtin_embedder()
-        return self._after_tier_change(profile)
+        return self._after_tier_change(self._governor.profile)
 
     def _rewire_builtin_embedder(self) -> None:
         """Follow ``disable_builtin_embedder`` when it changes (no host embedder given)."""

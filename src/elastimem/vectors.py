@@ -144,12 +144,19 @@ class EmbeddingSource:
 
     # -- passages ----------------------------------------------------------------------------
 
-    def embed_passages(self, texts: list[str]) -> np.ndarray:
-        """Unit float32 rows for ``texts``; raises on any invalid output (call off-lock)."""
+    def embed_passages(self, texts: list[str], *, count_failure: bool = True) -> np.ndarray:
+        """Unit float32 rows for ``texts``; raises on any invalid output (call off-lock).
+
+        ``count_failure``: a failure counts toward giving the host embedder up (§5.13's
+        rule for the embed job). ``reindex`` passes False: it raises ``EmbedderError`` for
+        the host to fix the embedder and call it again, which three failures would refuse.
+        """
         if self.host_embed is not None:
             try:
                 matrix = self._check_dim(to_unit_matrix(self.host_embed(list(texts)), len(texts)))
             except Exception:
+                if not count_failure:
+                    raise
                 self._host_failures += 1
                 if self._host_failures >= HOST_FAILURES_BEFORE_GIVING_UP and not self._host_failed:
                     self._host_failed = True
