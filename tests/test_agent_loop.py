@@ -423,7 +423,9 @@ def test_extractive_digest_trims_oldest_and_survives_reopen(
 
 def test_marker_when_every_evicted_turn_was_blank(make_store: Any) -> None:
     mem = make_store(tier_override="lite")
-    mem.report_evictions([("", "x"), ("   ", "y")])
+    mem.report_evictions([("", "Here is the full tax breakdown")])  # not a blank turn
+    assert mem.build_context("").rolling_summary == ""
+    mem.report_evictions([("", ""), ("   ", " \n")])
     assert mem.build_context("").rolling_summary == (
         "[2 earlier turns omitted; search memory for details]"
     )

@@ -735,7 +735,8 @@ def report_evictions(services: Services, turns: Iterable[Any]) -> None:
         if item.casefold() not in lowered:
             items.append(item)
             lowered.add(item.casefold())
-    if not items and not digest:
+    if not items and not digest and not any(u.strip() or a.strip() for u, a in pairs):
+        # §5.9: only when every evicted turn was blank (an answer is no blank turn).
         items = [f"[{len(pairs)} earlier turns omitted; search memory for details]"]
     services.apply_digest(session_id, fit_digest(items, budget, services.est))
     profile = services.profile()

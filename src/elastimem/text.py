@@ -117,6 +117,9 @@ def normalize_key(key: str) -> str:
     text = re.sub(r"[\s\-]+", "_", text)
     text = "".join(_key_chars(text))
     text = re.sub(r"_+", "_", text).strip("_")
+    # Trimmed again after the cut (§5.4 cuts last): a key ending in "_" would not survive
+    # its own normalisation, and remember(key) with a key read from facts() would then
+    # write another key.
     return text[:MAX_KEY_LENGTH].strip("_") if len(text) > MAX_KEY_LENGTH else text
 
 
