@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import elastimem
 from elastimem import assembly, semantic
 from elastimem.assembly import fit_lines
+from tests.conftest import ScriptedLLM
 
 HEADINGS = [
     "WHAT YOU KNOW ABOUT THE USER",
@@ -187,6 +188,25 @@ def test_one_overlong_fact_never_empties_the_section(make_store: Any) -> None:
     assert section.startswith("- name: Ada")
     assert "- pet: cat" in section
     assert est(section) <= mem.profile.budgets.facts
+
+
+def test_lessons_and_summaries_are_cut_only_when_they_do_not_fit(make_store: Any) -> None:
+    """A fixed 400-character cap cut them mid-word although the whole line fit."""
+    summary = " ".join(f"The user discussed topic number {i} in detail." for i in range(14))
+    llm = ScriptedLLM({"summarise-session": summary})
+    mem = make_store(llm=llm, tier_override="standard")
+    lesson = " ".join(f"step{i:03d} check the value" for i in range(30))  # ~700 characters
+    mem.add_lesson(lesson)
+    mem.begin_session(at="2025-01-01")
+    mem.record_turn("first question about gardening", "answer", at="2025-01-01T10:00:00")
+    mem.record_turn("second question about gardening", "answer", at="2025-01-01T10:01:00")
+    mem.end_session(wait=True, timeout=10)
+    plan = mem.build_context("")
+    assert plan.sections["lessons"] == f"- {lesson}"
+    assert plan.sections["previous_sessions"] == f"- [2025-01-01] {summary}"
+    mem.add_lesson("x" * 5000)  # one that cannot fit is still cut by fitting
+    assert plan.tokens["lessons"] <= mem.profile.budgets.lessons
+    assert mem.build_context("").tokens["lessons"] <= mem.profile.budgets.lessons
 
 
 def test_a_failing_component_leaves_only_its_section_empty(

@@ -41,9 +41,12 @@ SECTION_ORDER = tuple(SECTION_HEADINGS)
 MIN_TOKENS_TO_CUT = 24
 PAST_MOMENT_CHARS = 240
 PREVIOUS_SESSIONS = 5
-LESSON_CHARS = 400
 FACT_CHARS = 500
-GRAPH_LINE_CHARS = 600
+# Lessons, summaries and graph lines are cut by fitting alone (at a word boundary, and only
+# when they do not fit). Before fitting they are flattened up to this many characters per
+# budget token: more than any tokenizer puts in a token, so nothing that could fit is lost,
+# and fitting never measures a huge text.
+CHARS_PER_TOKEN_BOUND = 8
 ELLIPSIS = "…"
 
 
@@ -179,8 +182,9 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         signal = signal_in(None)
         if not state["terms"] or profile.graph_hops <= 0 or signal is None:
             return
-        lines = _graph_lines(signal)
-        sections["graph_context"] = fit_lines(lines, min(budgets.graph, budgets.episodic), est)
+        budget = min(budgets.graph, budgets.episodic)
+        lines = _graph_lines(signal, _longest_line(budget))
+        sections["graph_context"] = fit_lines(lines, budget, est)
 
     def past_moments() -> None:
         if not state["terms"]:
@@ -200,7 +204,8 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
                 "ORDER BY started_at DESC, id DESC LIMIT ?",
                 (session_id, PREVIOUS_SESSIONS),
             ).fetchall()
-        lines = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], 400)}" for r in reversed(rows)]
+        longest = _longest_line(budgets.sessions)
+        lines = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], longest)}" for r in reversed(rows)]
         sections["previous_sessions"] = fit_lines(lines, budgets.sessions, est)
 
     def lessons() -> None:
@@ -208,7 +213,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             return
         with services.db.read() as conn:
             texts = procedural.top_lessons(conn, config.lessons_in_prompt)
-        lines = [f"- {one_line(t, LESSON_CHARS)}" for t in texts]
+        lines = [f"- {one_line(t, _longest_line(budgets.lessons))}" for t in texts]
         sections["lessons"] = fit_lines(lines, budgets.lessons, est)
 
     guarded("retrieval", prepare)
@@ -338,7 +343,12 @@ def _fact_line(key: str, value: str) -> str:
     return f"- {key}: {one_line(value, FACT_CHARS)}"
 
 
-def _graph_lines(signal: Any) -> list[str]:
+def _longest_line(budget: int) -> int:
+    """Characters kept before fitting a line into ``budget`` (see CHARS_PER_TOKEN_BOUND)."""
+    return CHARS_PER_TOKEN_BOUND * (max(budget, 0) + 1)
+
+
+def _graph_lines(signal: Any, longest: int) -> list[str]:
     """``- <label>: <names>`` per cluster label, then one line of unlabelled names."""
     by_label: dict[str, set[str]] = {}
     unlabelled: set[str] = set()
@@ -348,11 +358,11 @@ def _graph_lines(signal: Any) -> list[str]:
         else:
             unlabelled.add(name)
     lines = [
-        one_line(f"- {label}: {', '.join(sorted(names))}", GRAPH_LINE_CHARS)
+        one_line(f"- {label}: {', '.join(sorted(names))}", longest)
         for label, names in sorted(by_label.items())
     ]
     if unlabelled:
-        lines.append(one_line("- " + ", ".join(sorted(unlabelled)), GRAPH_LINE_CHARS))
+        lines.append(one_line("- " + ", ".join(sorted(unlabelled)), longest))
     return lines
 
 
