@@ -311,6 +311,30 @@ def test_per_extraction_confidence(
     assert node(store, "kestrel")["confidence"] == pytest.approx(expected)  # type: ignore[index]
 
 
+def test_an_edge_endpoint_is_found_by_its_canonical_name_too(store: Store) -> None:
+    """ "The Jetson" is named by "my Jetson": the node got 0.7 and the naming chunk, its
+    edges 0.4 and the turn's first chunk (only the raw form was looked for)."""
+    pad = "This sentence is only padding to make the chunk long enough for a split. " * 2
+    store.reconfigure(chunk_target_tokens=32)
+    store.record_turn(pad + "Later I bought my Jetson from Bob.", "Nice choice, enjoy it.")
+    with store._db.read() as conn:
+        rows = [
+            (int(i), str(t)) for i, t in conn.execute("SELECT id, text FROM chunks ORDER BY id")
+        ]
+    naming = [cid for cid, text in rows if "Jetson" in text]
+    assert len(rows) >= 2 and naming and naming[0] != rows[0][0]
+    extract(
+        store,
+        [ent("The Jetson"), ent("Bob", "person")],
+        [rel("USER", "owns", "The Jetson"), rel("Bob", "sold", "The Jetson")],
+        rows=rows,
+        fts_enabled=False,
+    )
+    with store._db.read() as conn:
+        edges = conn.execute("SELECT confidence, source_chunk_id FROM graph_edges").fetchall()
+    assert edges == [(0.7, naming[0]), (0.7, naming[0])]
+
+
 def test_aliases(store: Store) -> None:
     extract(store, [ent("Jetson")])
     assert node(store, "jetson")["aliases"] == []  # type: ignore[index]
@@ -1529,6 +1553,22 @@ def test_clusters(store: Store) -> None:
     }
 
 
+def test_a_label_goes_when_its_cluster_loses_a_member(store: Store) -> None:
+    """Once a member is deleted (decay, the node cap, a fold), the old and new member sets
+    looked the same and the stale label stayed for good."""
+    chain(store, "Alpha", "Bravo", "Charlie")
+    with store._db.atomic() as conn:
+        graph.compute_clusters(conn)
+        conn.execute(
+            "UPDATE graph_nodes SET cluster_label = 'Old friends' WHERE cluster_id IS NOT NULL"
+        )
+        graph.delete_nodes(conn, [nid(store, "charlie")])
+        graph.compute_clusters(conn)
+    assert store.clusters() == [
+        {"cluster_id": nid(store, "alpha"), "label": None, "members": ["alpha", "bravo"]}
+    ]
+
+
 def test_cluster_ordering(store: Store) -> None:
     chain(store, "P1", "P2")
     chain(store, "Q1", "Q2", "Q3")
@@ -1569,6 +1609,19 @@ def test_labels_that_address_the_model_or_are_markup_are_not_written(store: Stor
         ask, _asked = same_entity(reply)
         assert graph.label_clusters(store._db, ask) == 0, reply
     assert [c["label"] for c in store.clusters()] == [None]
+
+
+def test_a_reviewed_pair_is_not_asked_again_after_a_type_upgrade(store: Store) -> None:
+    """The ledger is keyed by (type, name): a lone "entity" upgraded in place to "thing"
+    made the same two nodes an unreviewed pair (§9: never asked about again)."""
+    extract(store, [ent("Jetson Nano"), ent("Jetson", "entity")])
+    ask, asked = same_entity("no")
+    graph.llm_merge(store._db, ask)
+    assert len(asked) == 1
+    extract(store, [ent("Jetson", "thing")])  # the same node, now a thing
+    ask, asked = same_entity("yes")
+    graph.llm_merge(store._db, ask)
+    assert asked == []
 
 
 def test_label_prompt_lists_at_most_twelve_names(store: Store) -> None:

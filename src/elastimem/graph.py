@@ -1647,6 +1647,21 @@ def _chunks_naming(
     return [cid for cid, tokens in chunk_tokens if all(_occurs(n, tokens) for n in wanted)]
 
 
+def _chunks_naming_endpoints(
+    forms: Sequence[tuple[str, str]], chunk_tokens: Sequence[tuple[int, tuple[str, ...]]]
+) -> list[int]:
+    """Chunks (in turn order) naming every endpoint, each by any of its forms."""
+    wanted = [[f for f in pair if _tokens(f)] for pair in forms]
+    wanted = [pair for pair in wanted if pair]
+    if not wanted:
+        return []
+    return [
+        cid
+        for cid, tokens in chunk_tokens
+        if all(any(_occurs(f, tokens) for f in pair) for pair in wanted)
+    ]
+
+
 def _fts_phrase(name: str) -> str:
     """An FTS5 phrase query for a name: one quoted string, so no operator can leak through."""
     return '"' + name.replace('"', '""') + '"'
@@ -1674,6 +1689,25 @@ def _mention(conn: sqlite3.Connection, node_id: int, chunk_ids: Iterable[int], n
     )
 
 
+def delete_nodes(conn: sqlite3.Connection, node_ids: Sequence[int]) -> int:
+    """Delete nodes (their edges and mentions cascade); returns the count.
+
+    The label of a cluster that loses a member is cleared first (§5.7: "a label survives
+    only while the member set is unchanged"): once the node is gone, compute_clusters
+    sees the same set before and after, and the stale label stayed for good.
+    """
+    deleted = 0
+    for part in _chunks(list(node_ids)):
+        marks = ",".join("?" * len(part))
+        conn.execute(
+            "UPDATE graph_nodes SET cluster_label = NULL WHERE cluster_id IN (SELECT cluster_id "
+            f"FROM graph_nodes WHERE id IN ({marks}) AND cluster_id IS NOT NULL)",
+            part,
+        )
+        deleted += conn.execute(f"DELETE FROM graph_nodes WHERE id IN ({marks})", part).rowcount
+    return deleted
+
+
 def enforce_caps(conn: sqlite3.Connection, node_cap: int, edge_cap: int) -> tuple[int, int]:
     """Delete the lowest non-self nodes, then the lowest edges, down to the caps."""
     nodes_over = int(
@@ -1681,11 +1715,15 @@ def enforce_caps(conn: sqlite3.Connection, node_cap: int, edge_cap: int) -> tupl
     ) - max(1, int(node_cap))
     removed_nodes = 0
     if nodes_over > 0:
-        removed_nodes = conn.execute(
-            "DELETE FROM graph_nodes WHERE id IN (SELECT id FROM graph_nodes WHERE type <> 'self' "
-            "ORDER BY importance, mention_count, updated_at, id LIMIT ?)",
-            (nodes_over,),
-        ).rowcount
+        lowest = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT id FROM graph_nodes WHERE type <> 'self' "
+                "ORDER BY importance, mention_count, updated_at, id LIMIT ?",
+                (nodes_over,),
+            )
+        ]
+        removed_nodes = delete_nodes(conn, lowest)
         _bump_gen(conn)
     edges_over = int(conn.execute("SELECT count(*) FROM graph_edges").fetchone()[0]) - max(
         1, int(edge_cap)
@@ -1766,9 +1804,14 @@ def store_extraction(
         )
         if source_id == target_id:
             continue
-        names = [n for n in (source_raw, target_raw) if n]
-        in_text = all(_occurs(n, source_tokens) for n in names)
-        naming = _chunks_naming(names, chunk_tokens) or first_chunk
+        # Each non-self endpoint by its raw or its canonical form, as for nodes: "The
+        # Jetson" is named by "my Jetson" (only the raw form was tried: 0.4, and the
+        # source chunk a chunk naming neither endpoint).
+        forms = [(raw, key) for raw, key in ((source_raw, source_key), (target_raw, target_key))
+                 if raw]  # fmt: skip
+        in_text = all(_occurs(raw, source_tokens) or _occurs(key, source_tokens)
+                      for raw, key in forms)  # fmt: skip
+        naming = _chunks_naming_endpoints(forms, chunk_tokens) or first_chunk
         chunk = naming[0] if naming else None
         confidence = _item_confidence(item, in_text)
         edge = upsert_edge(
@@ -1873,8 +1916,7 @@ def apply_decay(
         )
         if faded(float(r[1]), str(r[2]))
     ]
-    for part in _chunks(dead_nodes):
-        conn.execute(f"DELETE FROM graph_nodes WHERE id IN ({','.join('?' * len(part))})", part)
+    delete_nodes(conn, dead_nodes)
     if dead_nodes:
         _bump_gen(conn)
     edges_after = int(conn.execute("SELECT count(*) FROM graph_edges").fetchone()[0])
@@ -1982,7 +2024,7 @@ def fold_nodes(conn: sqlite3.Connection, a: int, b: int) -> int | None:
         "SELECT ?, chunk_id, created_at FROM graph_mentions WHERE node_id = ?",
         (survivor.id, loser.id),
     )
-    conn.execute("DELETE FROM graph_nodes WHERE id = ?", (loser.id,))
+    delete_nodes(conn, [loser.id])
     if survivor.type == DEFAULT_TYPE and loser.type != DEFAULT_TYPE:
         clash = conn.execute(
             "SELECT 1 FROM graph_nodes WHERE type = ? AND canonical_name = ?",
@@ -2047,9 +2089,12 @@ def merge_candidates(
     for node in nodes.values():
         for token in _merge_tokens(node.name):
             by_token.setdefault(token, []).append(node.id)
+    # Reviewed pairs by their names alone: a node's type can change after the review (a
+    # lone "entity" is upgraded in place, a fold takes the loser's type), and the same two
+    # nodes must not be asked about again (§9).
     reviewed = {
-        (str(r[0]), str(r[1]), str(r[2]), str(r[3]))
-        for r in conn.execute("SELECT type_a, name_a, type_b, name_b FROM graph_merge_reviews")
+        tuple(sorted((str(r[0]), str(r[1]))))
+        for r in conn.execute("SELECT name_a, name_b FROM graph_merge_reviews")
     }
     pairs: set[tuple[int, int]] = set()
     for node in nodes.values():
@@ -2064,7 +2109,7 @@ def merge_candidates(
         a, b = nodes[low], nodes[high]
         if a.type != b.type and DEFAULT_TYPE not in (a.type, b.type):
             continue
-        if _pair_key(a, b) in reviewed:
+        if tuple(sorted((a.name, b.name))) in reviewed:
             continue
         out.append((a, b))
     return out

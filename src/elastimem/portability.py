@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import IO, Any
 
-from . import db, migrations
+from . import db, graph, migrations
 from .background import Services
 from .clock import now_ts
 from .episodic import close_session
@@ -225,7 +225,7 @@ def _erase_session(
         ).fetchone()
         if row is None:
             continue  # still linked by an edge from another session: it stays
-        conn.execute("DELETE FROM graph_nodes WHERE id = ?", (node_id,))
+        graph.delete_nodes(conn, [node_id])
         # A merge verdict about a node that no longer exists would keep its name.
         conn.execute(
             "DELETE FROM graph_merge_reviews WHERE (type_a = ? AND name_a = ?) "
