@@ -431,6 +431,18 @@ def test_marker_when_every_evicted_turn_was_blank(make_store: Any) -> None:
     )
 
 
+def test_blank_evictions_ask_the_llm_for_nothing(make_store: Any) -> None:
+    """A condense call with no turns in it let the model invent a digest over the marker."""
+    llm = ScriptedLLM({"condense": "The user discussed their weekend plans."})
+    mem = make_store(llm=llm, tier_override="full")
+    mem.report_evictions([("", ""), ("  ", "")])
+    assert mem.drain(timeout=5)
+    assert "condense" not in llm.kinds()
+    assert mem.build_context("").rolling_summary == (
+        "[2 earlier turns omitted; search memory for details]"
+    )
+
+
 def test_session_summary_only_with_two_user_turns_and_standard(make_store: Any) -> None:
     llm = ScriptedLLM({"summarise-session": "They chatted."})
     mem = make_store(llm=llm, tier_override="standard", min_query_words=99)

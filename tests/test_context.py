@@ -209,6 +209,41 @@ def test_lessons_and_summaries_are_cut_only_when_they_do_not_fit(make_store: Any
     assert mem.build_context("").tokens["lessons"] <= mem.profile.budgets.lessons
 
 
+def test_a_tight_sessions_budget_gives_up_the_oldest_session(make_store: Any) -> None:
+    topics = ["a trip to Lisbon", "a leaking kitchen tap", "a new laptop", "a half marathon",
+              "the wedding dress"]  # fmt: skip
+
+    def summary(prompt: str) -> str:
+        topic = next(t for t in topics if t.split()[-1] in prompt)
+        return (
+            f"The user talked about {topic} and compared several options in detail. "
+            "They decided on a plan and asked for a short checklist to follow next week, "
+            "with a reminder on the morning before."
+        )
+
+    mem = make_store(llm=ScriptedLLM({"summarise-session": summary}), tier_override="standard")
+    for day, topic in enumerate(topics, start=1):
+        at = f"2025-03-0{day}T10:00:00"
+        mem.begin_session(at=at)
+        mem.record_turn(f"Let's talk about {topic}.", "Sure.", at=at)
+        mem.record_turn(f"More about {topic}, please.", "Okay.", at=f"2025-03-0{day}T10:02:00")
+        mem.end_session(wait=True, timeout=10)
+    section = mem.build_context("hello again").sections["previous_sessions"]
+    dates = [line[3:13] for line in section.split("\n")]
+    assert dates == sorted(dates) and dates[-1] == "2025-03-05"  # oldest first, newest kept
+    assert len(dates) < 5  # the budget is tight: the oldest went
+
+
+def test_a_moment_said_twice_is_listed_once(make_store: Any) -> None:
+    mem = make_store()
+    mem.record_turn("What are my pets' names?", "Biscuit and Mochi.")
+    mem.record_turn("I took Biscuit to the vet today.", "Hope he is fine.")
+    mem.record_turn("What are my pets' names?", "Biscuit and Mochi.")
+    mem.begin_session()
+    lines = mem.build_context("how is Biscuit after the vet?").sections["relevant_past_moments"]
+    assert len(lines.split("\n")) == len(set(lines.split("\n"))) == 2
+
+
 def test_a_failing_component_leaves_only_its_section_empty(
     mem: elastimem.Elastimem, monkeypatch: pytest.MonkeyPatch
 ) -> None:

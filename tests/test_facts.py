@@ -219,6 +219,19 @@ def test_timeline_exact_search_and_none(mem: elastimem.Elastimem) -> None:
     assert mem.facts() == {"employer": "Initech"}
 
 
+def test_timeline_answers_the_readme_question(mem: elastimem.Elastimem) -> None:
+    """ "where did I live before?" names neither the key (location) nor a value: the
+    question's words hint at the keys rule capture and extraction write."""
+    mem.record_turn("I live in Portland.", "Nice city.")
+    mem.record_turn("I moved to Denver!", "Congratulations!")
+    found = mem.timeline("where did I live before?")
+    assert (found.key, found.resolved_by) == ("location", "search")
+    assert [f.value for f in found.versions] == ["Portland", "Denver"]
+    mem.remember("employer", "Acme")
+    assert mem.timeline("where did I work before?").key == "employer"
+    assert mem.timeline("where did I sleep?").resolved_by == "none"
+
+
 def test_lessons_dedupe_cap_and_order(make_store: Any) -> None:
     mem = make_store(max_lessons=3, lessons_in_prompt=2)
     assert mem.add_lesson("  ") is False

@@ -149,10 +149,10 @@ def test_closing_one_of_two_instances_leaves_their_shared_jobs_alone(
         return "NONE"
 
     running = make_store(llm=slow_llm, tier_override="full")
+    running.record_turn("I am learning to play the banjo this summer", "fun")
+    assert entered.wait(10)  # opened after this: no other worker can take the job
     holding = make_store(llm=slow_llm, tier_override="standard", batched_every_n_turns=50)
     other = make_store(tier_override="full")
-    running.record_turn("I am learning to play the banjo this summer", "fun")
-    assert entered.wait(10)
     holding.record_turn("My sister works as a nurse in the city hospital", "ok")
     before = holding.pending()
     other.close()

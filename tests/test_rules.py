@@ -304,6 +304,14 @@ def test_capitalised_adverbs_are_not_values() -> None:
     assert capture_rules("I'm from Very far away") == []
 
 
+def test_now_before_a_value_says_when_not_what() -> None:
+    assert capture_rules("My favorite color is now forest green.") == [
+        ("favorite_color", "forest green")
+    ]
+    assert capture_rules("My name is now Ada Lovelace") == [("name", "Ada Lovelace")]
+    assert capture_rules("my favorite color is still teal") == []  # "still": forbidden
+
+
 def test_a_favorite_subject_may_hold_hyphenated_words() -> None:
     assert capture_rules("My favorite sci-fi movie is Dune") == [("favorite_sci_fi_movie", "Dune")]
     assert capture_rules("my favourite ice-cream is mint") == [("favorite_ice_cream", "mint")]

@@ -194,6 +194,8 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         signal = signal_in(None)
         hits = _past_hits(services, user_input, profile, session_id, signal, state["leg"])
         lines = [f"- [{h.date}] {one_line(h.text, PAST_MOMENT_CHARS)}" for h in hits]
+        # A question asked twice is two chunks of one text: its line once, best rank first.
+        lines = list(dict.fromkeys(lines))
         sections["relevant_past_moments"] = fit_lines(lines, budget, est)
 
     def previous_sessions() -> None:
@@ -205,8 +207,11 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
                 (session_id, PREVIOUS_SESSIONS),
             ).fetchall()
         longest = _longest_line(budgets.sessions)
-        lines = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], longest)}" for r in reversed(rows)]
-        sections["previous_sessions"] = fit_lines(lines, budgets.sessions, est)
+        newest_first = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], longest)}" for r in rows]
+        # Fitted newest first, so a tight budget gives up the oldest session rather than
+        # last week's; shown oldest first (§5.8).
+        fitted = fit_lines(newest_first, budgets.sessions, est)
+        sections["previous_sessions"] = "\n".join(reversed(fitted.split("\n")))
 
     def lessons() -> None:
         if config.lessons_in_prompt <= 0:

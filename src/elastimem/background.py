@@ -36,7 +36,7 @@ from .prompts import (
     split_sentences,
 )
 from .retrieval import Filters, VectorFinish, fact_keyword_leg
-from .text import collapse_whitespace, normalize_key, query_terms
+from .text import collapse_whitespace, normalize_key, query_terms, word_tokens
 from .vectors import EmbeddingSource, VectorIndex, passage_texts, write_vectors
 from .worker import Worker
 
@@ -740,7 +740,9 @@ def report_evictions(services: Services, turns: Iterable[Any]) -> None:
         items = [f"[{len(pairs)} earlier turns omitted; search memory for details]"]
     services.apply_digest(session_id, fit_digest(items, budget, services.est))
     profile = services.profile()
-    if profile.rolling_summary_mode == RollingSummaryMode.LLM and services.llm() is not None:
+    said = any(u.strip() or a.strip() for u, a in pairs)  # blank turns: nothing to condense
+    llm_mode = profile.rolling_summary_mode == RollingSummaryMode.LLM
+    if said and llm_mode and services.llm() is not None:
         evicted = [[u[:EVICTED_SIDE_CHARS], a[:EVICTED_SIDE_CHARS]] for u, a in pairs]
         _queue_condense(services, session_id, evicted)
         if services.worker is not None:
@@ -977,7 +979,8 @@ def review_fact_merges(services: Services) -> dict[str, int]:
 def resolve_timeline_key(
     conn: sqlite3.Connection, text: str, fts_enabled: bool
 ) -> tuple[str | None, str]:
-    """§5.7 timeline: an exact key, else the best fact row over all versions, else none."""
+    """§5.7 timeline: an exact key, else the best fact row over all versions, else a key the
+    question's words hint at, else one through the graph, else none."""
     key = normalize_key(text)
     if key and conn.execute("SELECT 1 FROM facts WHERE key = ? LIMIT 1", (key,)).fetchone():
         return key, "exact"
@@ -992,10 +995,36 @@ def resolve_timeline_key(
             ).fetchall()
             best = max(rows, key=lambda r: (scores[int(r[0])], int(r[2]), int(r[0])))
             return str(best[1]), "search"
+    hinted = _hinted_timeline_key(conn, text)
+    if hinted:
+        return hinted, "search"
     found = graph.timeline_key(conn, text)
     if found:
         return found, "search"
     return None, "none"
+
+
+# Words a question uses for a fact whose key and value it does not name ("where did I live
+# before?" asks about location: Portland, then Denver), mapped to the keys rule capture and
+# extraction write for it, in order of preference.
+_PLACE_KEYS = ("location", "home_city", "city", "address", "home", "hometown")
+_WORK_KEYS = ("employer", "occupation", "job", "job_title", "workplace", "company")
+TIMELINE_KEY_HINTS: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("live", "lived", "living", "lives", "moved", "move", "stay"), _PLACE_KEYS),
+    **dict.fromkeys(("work", "worked", "working", "works", "job", "jobs"), _WORK_KEYS),
+    **dict.fromkeys(("called", "name", "named"), ("name",)),
+    **dict.fromkeys(("eat", "ate", "diet"), ("diet",)),
+    **dict.fromkeys(("allergic", "allergy", "allergies"), ("allergies",)),
+}
+
+
+def _hinted_timeline_key(conn: sqlite3.Connection, text: str) -> str | None:
+    """The first stored key the question's words hint at (see TIMELINE_KEY_HINTS)."""
+    for word in word_tokens(text):
+        for key in TIMELINE_KEY_HINTS.get(word, ()):
+            if conn.execute("SELECT 1 FROM facts WHERE key = ? LIMIT 1", (key,)).fetchone():
+                return key
+    return None
 
 
 # -- stats ------------------------------------------------------------------------------------

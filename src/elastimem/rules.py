@@ -167,7 +167,12 @@ _PLACE = _proper_noun(MAX_PLACE_WORDS, region=True)
 RULES: tuple[Rule, ...] = (
     Rule(
         "name",
-        (_compile(r"\bmy\s+(?:(?:full|real|first|given|legal|actual|proper)\s+)?name\s+is\s+"),),
+        (
+            _compile(
+                r"\bmy\s+(?:(?:full|real|first|given|legal|actual|proper)\s+)?name\s+is\s+"
+                r"(?:(?:now|currently)\s+)?"
+            ),
+        ),
         _proper_noun(MAX_NAME_WORDS, region=False),
     ),
     Rule("name", (_compile(r"\b(?:(?:you\s+can|please|just)\s+)?call\s+me\s+"),), _call_me_word),
@@ -208,7 +213,9 @@ _CLAUSE = r"(?:[^,;:!?()\n\r—–.]|\.(?=\S))*"
 FAVORITE_RE = _compile(
     r"\bmy\s+(?:favou?rite|preferred)\s+"
     rf"(?P<subject>{_SUBJECT_WORD}(?:[ \t]+{_SUBJECT_WORD}){{0,{MAX_FAVORITE_SUBJECT_WORDS - 1}}}?)"
-    rf"\s+is\s+(?P<value>{_CLAUSE})"
+    # "is now forest green": a leading "now"/"currently" says when, not what (the filler
+    # cut only removes fillers after the first value word).
+    rf"\s+is\s+(?:(?:now|currently)\s+)?(?P<value>{_CLAUSE})"
 )
 
 
