@@ -193,6 +193,30 @@ def test_an_erase_and_a_turn_of_the_same_length_are_seen(
     assert mem.recall("zulu yankee") == []
 
 
+def test_an_erase_then_appended_turns_reusing_its_ids_are_seen(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    """Another instance erases the newest session, then records turns: SQLite hands out
+    the erased ids again, and with as many tokens as the erased rows, counts and averages
+    looked like an append alone. The cache kept the erased rows' postings (found by a
+    soak); every erase now bumps a count the cache checks."""
+    mine = make_store(tier_override="standard")
+    other = make_store(store_path, tier_override="standard")
+    for i in range(3):
+        mine.record_turn(f"base{i} fresh walk with the dog", "nice")
+    erased = mine.begin_session()
+    mine.record_turn("secretword one about hiking trails", "ok")
+    mine.record_turn("secretword two about hiking trails", "ok")
+    assert len(mine.recall("secretword")) == 2 and len(mine.recall("fresh", 10)) == 3
+    other.erase(session_id=erased)
+    other.begin_session()
+    for word in ("newone", "newtwo", "newthree"):  # the first two take the erased ids
+        other.record_turn(f"{word} fresh about hiking trails", "ok")
+    assert mine.recall("secretword") == []
+    assert {h.id for h in mine.recall("fresh", 10)} == {h.id for h in other.recall("fresh", 10)}
+    assert len(mine.recall("fresh", 10)) == 6
+
+
 def test_a_fact_erased_and_one_of_the_same_length_are_seen(
     make_store: Callable[..., elastimem.Elastimem], store_path: Path
 ) -> None:

@@ -63,6 +63,9 @@ B = 0.75
 # record (fixed ids in FTS5's file format).
 _AVERAGES_ID = 1
 _STRUCTURE_ID = 10
+_ERASE_GEN_ID = -1  # the erase count's place in _read_state's result (no _data id is < 1)
+# Bumped by every erase that deletes chunks or facts (portability.erase).
+ERASE_GEN_KEY = "erase.gen"
 # New rows since the last query are tokenised and appended up to this many; beyond it
 # (a bulk import, another process ingesting) refetching the postings is cheaper.
 APPEND_LIMIT = 512
@@ -270,7 +273,8 @@ class KeywordIndex:
 
     def _reset(self) -> None:
         self._resets += 1
-        self._state: tuple[bytes, bytes] | None = None  # (averages, structure) cached
+        # (averages, structure, erase count) as cached
+        self._state: tuple[bytes, bytes, bytes] | None = None
         self._rows = 0
         self._total_tokens = 0
         self._max_id = 0
@@ -386,24 +390,33 @@ class KeywordIndex:
 
     # -- keeping in sync ----------------------------------------------------------------------
 
-    def _read_state(self, conn: sqlite3.Connection) -> tuple[bytes, bytes]:
-        """FTS5's ``(averages, structure)`` records (ids 1 and 10 of its ``_data`` table)."""
+    def _read_state(self, conn: sqlite3.Connection) -> tuple[bytes, bytes, bytes]:
+        """FTS5's ``(averages, structure)`` records (ids 1 and 10 of its ``_data`` table),
+        and the store's erase count (``meta erase.gen``), in one statement.
+
+        The erase count is what tells an erase followed by new turns from appends alone:
+        SQLite hands the erased newest ids out again, and when the new rows also bring the
+        same number of tokens, counts and averages look exactly like an append (the cache
+        then served the erased rows' postings).
+        """
         blocks = dict(
             conn.execute(
                 f"SELECT id, block FROM {self.table.name}_data WHERE id IN "
-                f"({_AVERAGES_ID}, {_STRUCTURE_ID})"
+                f"({_AVERAGES_ID}, {_STRUCTURE_ID}) "
+                f"UNION ALL SELECT {_ERASE_GEN_ID}, value FROM meta WHERE key = '{ERASE_GEN_KEY}'"
             ).fetchall()
         )
         return tuple(  # type: ignore[return-value]
-            bytes(blocks[i]) if blocks.get(i) is not None else b""
-            for i in (_AVERAGES_ID, _STRUCTURE_ID)
+            b"" if blocks.get(i) is None else _as_bytes(blocks[i])
+            for i in (_AVERAGES_ID, _STRUCTURE_ID, _ERASE_GEN_ID)
         )
 
-    def _sync(self, conn: sqlite3.Connection, state: tuple[bytes, bytes]) -> bool:
+    def _sync(self, conn: sqlite3.Connection, state: tuple[bytes, bytes, bytes]) -> bool:
         if self._loaded and state == self._state:
             return True
         rows, total = _decode_averages(state[0])
-        if self._loaded and self._append(conn, rows, total):
+        erased = self._state is not None and state[2] != self._state[2]
+        if self._loaded and not erased and self._append(conn, rows, total):
             self._state = state
             return True
         self._reset()
@@ -619,6 +632,12 @@ def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str, kind: str = 
     finally:
         if query_only:
             conn.execute("PRAGMA query_only = ON")
+
+
+def _as_bytes(value: object) -> bytes:
+    return (
+        bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode()
+    )
 
 
 def _decode_averages(block: bytes) -> tuple[int, int]:

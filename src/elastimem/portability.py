@@ -38,6 +38,7 @@ from .background import Services
 from .clock import now_ts
 from .episodic import close_session
 from .errors import ConfigError, ImportFormatError, StoreError
+from .keyword_index import ERASE_GEN_KEY
 from .text import normalize_key, sanitize
 
 logger = logging.getLogger("elastimem")
@@ -116,6 +117,9 @@ def erase(
                 fts_touched.add("chunks_fts")
             if any(counts.values()):
                 db.bump_meta(conn, "writes_since_consolidation")
+            if counts["chunks"] or counts["facts"]:
+                # Cached keyword postings must reload: see KeywordIndex._read_state.
+                db.bump_meta(conn, ERASE_GEN_KEY)
             db.log_event(conn, "erase", **counts)
         if any(counts.values()):
             _purge(database, fts_touched)
