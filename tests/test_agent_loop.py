@@ -421,6 +421,29 @@ def test_extractive_digest_trims_oldest_and_survives_reopen(
     assert mem.resume_session()[0] == digest
 
 
+def test_evictions_reported_from_two_threads_at_once_all_reach_the_digest(
+    make_store: Any,
+) -> None:
+    def slow_tokenizer(text: str) -> int:
+        if "first thing" in text:
+            time.sleep(0.3)  # holds the first call between reading and writing the digest
+        return max(1, len(text) // 4)
+
+    mem = make_store(tokenizer_fn=slow_tokenizer, tier_override="standard")
+    mem.begin_session()
+    first = threading.Thread(
+        target=mem.report_evictions, args=([("first thing we said. more", "ok")],)
+    )
+    first.start()
+    time.sleep(0.1)
+    mem.report_evictions([("second thing we said. more", "ok")])
+    first.join(10)
+    assert sorted(mem.build_context("").rolling_summary.split("\n")) == [
+        "- first thing we said.",
+        "- second thing we said.",
+    ]
+
+
 def test_marker_when_every_evicted_turn_was_blank(make_store: Any) -> None:
     mem = make_store(tier_override="lite")
     mem.report_evictions([("", "Here is the full tax breakdown")])  # not a blank turn

@@ -10,9 +10,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 import elastimem
 from elastimem import jobs
 from elastimem.episodic import Owner
+from tests.conftest import wait_until
 
 
 def test_retries_then_failed_keeps_last_error(mem: elastimem.Elastimem) -> None:
@@ -173,13 +176,78 @@ def test_a_job_still_running_at_close_keeps_its_owner_and_lease(mem: elastimem.E
             "UPDATE jobs SET state = 'running', lease_until = 'x' WHERE id IN (?, ?)",
             (first, second),
         )
-        jobs.clear_owner(conn, mem._owner, still_running=first)
+        jobs.clear_owner(conn, mem._owner, still_running=[first])
         rows = conn.execute("SELECT id, state, owner_pid, lease_until FROM jobs ORDER BY id")
         assert rows.fetchall() == [
             (first, "running", mem._owner.pid, "x"),
             (second, "queued", None, None),
         ]
         conn.execute("DELETE FROM jobs")  # nothing left for close() to wait for
+
+
+def test_two_instances_closing_at_once_hand_their_jobs_over(
+    make_store: Any, store_path: Any
+) -> None:
+    """Each saw the other still open, so neither drained nor cleared the owner: the jobs
+    stayed owned by a live pid with no worker, out of every other process's reach."""
+
+    def slow_llm(prompt: str, **kwargs: Any) -> str:
+        time.sleep(1.0)
+        return "The user talked about tomatoes."
+
+    first = make_store(llm=slow_llm, tier_override="standard")
+    second = make_store(store_path, llm=slow_llm, tier_override="standard")
+    first.begin_session()
+    first.record_turn("we talked about the garden and tomatoes today", "ok")
+    first.record_turn("then we talked about the roses", "ok")
+    first.end_session(wait=False)
+    barrier = threading.Barrier(2)
+
+    def close(mem: elastimem.Elastimem) -> None:
+        barrier.wait()
+        mem.close()
+
+    closers = [threading.Thread(target=close, args=(m,)) for m in (first, second)]
+    for thread in closers:
+        thread.start()
+    for thread in closers:
+        thread.join(60)
+    with sqlite3.connect(store_path) as conn:
+        left = conn.execute(
+            "SELECT kind FROM jobs WHERE owner_pid = ? AND state <> 'failed'", (os.getpid(),)
+        ).fetchall()
+    assert left == []
+
+
+def test_close_inside_a_foreground_block_lets_the_worker_go(make_store: Any) -> None:
+    """The worker waited for the LLM lock this thread held, for good: foreground_end()
+    raises once the store is closed, so nothing released it."""
+    mem = make_store(llm=lambda p, **k: "NONE", tier_override="standard")
+    mem.foreground_begin()
+    mem.record_turn("we talked about the garden and tomatoes today", "ok")
+    mem.drain(0.5)  # the batched extraction is released and waits for the lock
+    mem.close()
+    with pytest.raises(elastimem.ClosedError):
+        mem.foreground_end()
+    workers = lambda: [t for t in threading.enumerate() if t.name == "elastimem-worker"]  # noqa: E731
+    assert wait_until(lambda: not workers(), 10)
+
+
+def test_a_job_this_process_left_running_is_requeued_at_its_next_open(
+    mem: elastimem.Elastimem, store_path: Any
+) -> None:
+    """A worker that outlived close() inside a host call cannot record its outcome: the job
+    stayed 'running' under this live pid until its lease ran out (10 minutes)."""
+    with mem._db.atomic() as conn:
+        job = jobs.enqueue(conn, "link", mem._owner, payload={"chunk_ids": []})
+        conn.execute(
+            "UPDATE jobs SET state = 'running', lease_until = '2999-01-01T00:00:00.000000Z' "
+            "WHERE id = ?",
+            (job,),
+        )
+    mem.close()
+    with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as again:
+        assert again.drain(timeout=5) and again.pending() == 0
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,9 +215,23 @@ def sessions_with_held_extracts(conn: sqlite3.Connection, owner: Owner) -> list[
     return [int(r[0]) for r in rows]
 
 
-def recover(conn: sqlite3.Connection, me: Owner) -> tuple[int, int]:
-    """Requeue expired leases and adopt jobs of dead or silent owners (§6). Returns counts."""
+def recover(
+    conn: sqlite3.Connection, me: Owner, running_here: Collection[int] = ()
+) -> tuple[int, int]:
+    """Requeue expired leases and adopt jobs of dead or silent owners (§6). Returns counts.
+
+    A job ``running`` under this very process that no thread here runs (``running_here``)
+    is requeued too: its worker outlived a close() inside a host call and could not record
+    the outcome, and the live pid would otherwise keep it until its lease ran out.
+    """
     now = now_ts()
+    busy = sorted(running_here)
+    conn.execute(
+        "UPDATE jobs SET state = 'queued', lease_until = NULL, updated_at = ? "
+        "WHERE state = 'running' AND owner_pid = ? AND owner_host = ? "
+        f"AND id NOT IN ({','.join('?' * len(busy))})",
+        (now, me.pid, me.host, *busy),
+    )
     requeued = conn.execute(
         "UPDATE jobs SET state = 'queued', lease_until = NULL, updated_at = ? "
         "WHERE state = 'running' AND (lease_until IS NULL OR lease_until < ?)",
@@ -249,19 +264,20 @@ def refresh_ownership(conn: sqlite3.Connection, me: Owner) -> None:
     )
 
 
-def clear_owner(conn: sqlite3.Connection, me: Owner, still_running: int | None = None) -> None:
+def clear_owner(conn: sqlite3.Connection, me: Owner, still_running: Collection[int] = ()) -> None:
     """At close: unfinished jobs lose their owner so the next open adopts them at once.
 
-    ``still_running`` is a job a worker thread is still executing (a host call that outlived
-    the close): it keeps its owner and lease, or another process would run it a second
-    time meanwhile; recovery adopts it once the lease runs out.
+    ``still_running`` are jobs a worker thread of this process is still executing (a host
+    call that outlived the close): they keep their owner and lease, or another process
+    would run them a second time meanwhile.
     """
+    busy = sorted(still_running)
     conn.execute(
         "UPDATE jobs SET owner_pid = NULL, owner_host = NULL, "
         "state = CASE state WHEN 'running' THEN 'queued' ELSE state END, lease_until = NULL "
         "WHERE owner_pid = ? AND owner_host = ? AND state IN ('queued', 'held', 'running') "
-        "AND id IS NOT ?",
-        (me.pid, me.host, still_running),
+        f"AND id NOT IN ({','.join('?' * len(busy))})",
+        (me.pid, me.host, *busy),
     )
 
 

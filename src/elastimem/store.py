@@ -30,6 +30,7 @@ from .rules import capture_rules
 from .text import normalize_key, query_terms, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
 from .vectors import EmbeddingSource, VectorIndex
+from .worker import running_in_process
 
 logger = logging.getLogger("elastimem")
 
@@ -223,7 +224,7 @@ class Elastimem:
                 jobs.release_held_extracts(conn, session_id, self._owner, "session_end")
                 jobs.enqueue(conn, "session_summary", self._owner, session_id=session_id)
                 db.log_event(conn, "orphan_closed", session_id=session_id)
-            jobs.recover(conn, self._owner)
+            jobs.recover(conn, self._owner, running_in_process(self._db.path))
 
     def _on_worker_wake(self) -> None:
         """Runs on the worker at every wake: heartbeat the open session (≥ every 60 s)."""
@@ -456,7 +457,10 @@ class Elastimem:
         """Fold turns that left the host's window into the rolling digest; never raises."""
         self._check_open()
         try:
-            background.report_evictions(self._services, turns)
+            # Read, extend and write the digest as one step: two host threads evicting at
+            # once each wrote back what it had read, and one's items were lost.
+            with self._state_lock:
+                background.report_evictions(self._services, turns)
         except ClosedError:
             raise
         except Exception as exc:
@@ -711,6 +715,8 @@ class Elastimem:
         self._gate.foreground_begin()
 
     def foreground_end(self) -> None:
+        if self._closed:
+            self._gate.foreground_end()  # let a block that outlived close() go, then refuse
         self._check_open()
         if not self._gate.foreground_end():
             self._services.warn_once(
@@ -836,9 +842,9 @@ class Elastimem:
             return
         self._closing = True
         # Instances of one process on one file share their jobs (§5.11): while another is
-        # open, it runs them, so this one neither drains nor gives them away (giving away a
-        # job another instance's worker is running let a second process run it again).
-        shared = _others_open(self._db)
+        # open, it runs them, so this one neither drains nor gives them away. Counted out
+        # first, so of two instances closing at once one is the last and hands them over.
+        shared = _count_out(self._db)
         try:
             if not shared:
                 try:
@@ -846,6 +852,10 @@ class Elastimem:
                 except Exception as exc:
                     logger.warning("draining before close failed: %s", _failure(exc))
             self._gate.closing = True
+            # A foreground block this thread still holds would keep the worker waiting for
+            # the LLM lock for good (foreground_end raises once the store is closed).
+            while self._gate.foreground_end():
+                pass
             self._worker.stop()
             try:
                 # A read-only store wrote nothing, so there is nothing to save.
@@ -855,13 +865,12 @@ class Elastimem:
                             background.persist_digest(conn, self._session_id, self._digest)
                             episodic.clear_owner(conn, self._session_id)
                         if not shared:
-                            jobs.clear_owner(conn, self._owner, self._worker.running_job())
+                            jobs.clear_owner(conn, self._owner, running_in_process(self._db.path))
             except Exception as exc:
                 logger.warning("could not save session state at close: %s", _failure(exc))
             self._db.checkpoint("PASSIVE")
         finally:
             self._closed = True
-            _closed(self._db)
             self._services.close()
             self._vectors.close()
             self._db.close()
@@ -880,22 +889,17 @@ def _opened(database: db.Database) -> None:
             _open_instances[database.path] = _open_instances.get(database.path, 0) + 1
 
 
-def _closed(database: db.Database) -> None:
-    if not database.is_memory:
-        with _open_instances_guard:
-            left = _open_instances.get(database.path, 0) - 1
-            if left > 0:
-                _open_instances[database.path] = left
-            else:
-                _open_instances.pop(database.path, None)
-
-
-def _others_open(database: db.Database) -> bool:
-    """Whether another instance of this process has the same file open."""
+def _count_out(database: db.Database) -> bool:
+    """Count a closing instance out; True when another of this process keeps the file open."""
     if database.is_memory:
         return False
     with _open_instances_guard:
-        return _open_instances.get(database.path, 0) > 1
+        left = _open_instances.get(database.path, 0) - 1
+        if left > 0:
+            _open_instances[database.path] = left
+        else:
+            _open_instances.pop(database.path, None)
+        return left > 0
 
 
 # -- argument helpers ------------------------------------------------------------------------

@@ -33,6 +33,30 @@ STOP_JOIN_SECONDS = 5.0
 Handler = Callable[[jobs.Job], None]
 
 
+# Jobs the workers of this process are executing now, per store file. The job table says
+# only "running, owned by this pid": this says which of those a thread here still runs, so
+# close() never gives one away (another process would run it twice) and the next open in
+# this process requeues one whose thread is gone (a call that outlived close() could not
+# record its outcome).
+_running: dict[str, set[int]] = {}
+_running_guard = threading.Lock()
+
+
+def _running_here(path: str, job_id: int, running: bool) -> None:
+    with _running_guard:
+        ids = _running.setdefault(path, set())
+        if running:
+            ids.add(job_id)
+        else:
+            ids.discard(job_id)
+
+
+def running_in_process(path: str) -> frozenset[int]:
+    """Ids of the jobs of ``path`` a worker thread of this process is executing now."""
+    with _running_guard:
+        return frozenset(_running.get(path, ()))
+
+
 class Worker:
     def __init__(
         self,
@@ -57,7 +81,6 @@ class Worker:
         self._stopping = False
         self._signalled = False
         self._busy = False
-        self._current_job: int | None = None
         self._thread = threading.Thread(target=self._run, name="elastimem-worker", daemon=True)
 
     # -- control -----------------------------------------------------------------------------
@@ -83,11 +106,6 @@ class Worker:
             self._cond.notify_all()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-    def running_job(self) -> int | None:
-        """The id of the job the worker thread is executing now (after ``stop`` timed out,
-        one still inside a host call), else None."""
-        return self._current_job if self._thread.is_alive() else None
 
     @property
     def is_worker_thread(self) -> bool:
@@ -124,11 +142,10 @@ class Worker:
             self._safe(self._on_wake)
             job = self._claim()
             if job is not None:
-                self._current_job = job.id
                 try:
                     self._execute(job)
                 finally:
-                    self._current_job = None
+                    _running_here(self._db.path, job.id, False)
                 idle_since = time.monotonic()
                 with self._cond:
                     self._cond.notify_all()
@@ -149,10 +166,18 @@ class Worker:
     def _claim(self) -> jobs.Job | None:
         if self._db.read_only:
             return None  # a read-only store runs only in-memory tasks (model loading)
+        claimed: jobs.Job | None = None
         try:
             with self._db.atomic() as conn:
-                return jobs.claim(conn, self._owner, self._skip_kinds())
+                claimed = jobs.claim(conn, self._owner, self._skip_kinds())
+                if claimed is not None:
+                    # Inside the claim's transaction: recovery at another instance's open
+                    # (under the same write lock) never sees it running and unclaimed here.
+                    _running_here(self._db.path, claimed.id, True)
+            return claimed
         except Exception as exc:  # a locked or closed store: try again on the next wake
+            if claimed is not None:
+                _running_here(self._db.path, claimed.id, False)
             logger.debug("claiming a job failed: %s", exc)
             return None
 
