@@ -161,8 +161,9 @@ def test_errors_exit_1_with_the_message_on_stderr(tmp_path: Path, db: str) -> No
     export.write_text("not an export\n")
     bad = run("--db", db, "import", str(export))
     assert bad.returncode == 1 and "line 1" in bad.stderr.decode()
+    # A bad option value is a usage error (§8.1: exit 2), with its message.
     bad_time = run("--db", db, "recall", "x", "--since", "not a date")
-    assert bad_time.returncode == 1 and "since" in bad_time.stderr.decode()
+    assert bad_time.returncode == 2 and "since" in bad_time.stderr.decode()
 
 
 @pytest.mark.parametrize(
@@ -223,10 +224,76 @@ def test_erase_through_the_real_script(db: str) -> None:
     assert run_json("--db", db, "erase", "--session", "99", "--yes")["sessions"] == 0
 
 
+def test_another_programs_database_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    """A mistyped --db turned another app's SQLite file into a store: elastimem's tables
+    added, its own "messages" table rebuilt."""
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.execute("INSERT INTO messages (body) VALUES ('hello')")
+    before = other.read_bytes()
+    done = run("--db", str(other), "stats")
+    assert done.returncode == 1 and "another program" in done.stderr.decode()
+    assert other.read_bytes() == before
+
+
+def test_export_writes_into_pipes_and_through_symlinks(tmp_path: Path, db: str) -> None:
+    """The temp file renamed over the target replaced a FIFO, a device node (as root,
+    /dev/null for the whole machine) or a symlink with a plain file."""
+    run_json("--db", db, "remember", "color", "teal")
+    real = tmp_path / "real.jsonl"
+    real.write_text("old")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    assert run("--db", db, "export", str(link)).returncode == 0
+    assert link.is_symlink() and real.read_text().startswith('{"format"')
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "out.fifo"
+        os.mkfifo(fifo)
+        reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+        assert run("--db", db, "export", str(fifo)).returncode == 0
+        out, _ = reader.communicate(timeout=30)
+        assert out.startswith(b'{"format"') and fifo.exists() and not fifo.is_file()
+
+
+def test_export_to_a_reader_that_stops_early_is_no_error(tmp_path: Path, db: str) -> None:
+    with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
+        for i in range(300):
+            mem.record_turn(f"turn {i} " + "words " * 200, "ok")
+    proc = subprocess.Popen(
+        [*script(), "--db", db, "export", "-"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert proc.stdout is not None
+    proc.stdout.read(100)
+    proc.stdout.close()  # like `| head -c 100`
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"Error" not in err and b"Traceback" not in err
+
+
+def test_table_columns_line_up_with_wide_characters(db: str) -> None:
+    run_json("--db", db, "remember", "都市名前", "東京")
+    run_json("--db", db, "remember", "color", "teal")
+    table = run("--db", db, "--format", "table", "facts").stdout.decode().splitlines()
+    rows = table[2:]
+    starts = {
+        cli._width(line[: line.index(v)]) for line in rows for v in ("東京", "teal") if v in line
+    }
+    assert len(rows) == 2 and len(starts) == 1, table  # both values start in one column
+
+
 def test_sessions_explain_and_default_path(tmp_path: Path) -> None:
     env = {"ELASTIMEM_DB": str(tmp_path / "env.db")}
     assert run("path", env=env).stdout.decode().strip() == str(tmp_path / "env.db")
-    assert run("--db", "x.db", "path", env=env).stdout.decode().strip() == "x.db"
+    # What path shows is what opens: ~ expanded, made absolute.
+    shown = run("--db", "x.db", "path", env=env).stdout.decode().strip()
+    assert shown == os.path.abspath("x.db")
+    tilde = run("path", env={"ELASTIMEM_DB": "~/agent.db"}).stdout.decode().strip()
+    assert tilde == os.path.expanduser("~/agent.db")
+    empty = run("--db", "", "path")
+    assert empty.returncode == 2 and "--db is empty" in empty.stderr.decode()
     default = run("path").stdout.decode().strip()
     assert default == os.path.join(click.get_app_dir("elastimem"), "memory.db")
     with elastimem.Elastimem(env["ELASTIMEM_DB"], disable_builtin_embedder=True) as mem:

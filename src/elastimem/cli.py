@@ -10,13 +10,16 @@ batches, so the store stays consistent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -25,7 +28,7 @@ from typing import Any
 
 import click
 
-from .errors import ElastimemError
+from .errors import ConfigError, ElastimemError, StoreError
 
 DB_ENV_VAR = "ELASTIMEM_DB"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -45,7 +48,11 @@ class CliState:
     verbose: bool
 
     def db_path(self) -> str:
-        return self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
+        """The store file, ``~`` expanded and absolute (what ``path`` shows is what opens)."""
+        if self.db is not None and not self.db.strip():
+            raise click.UsageError("--db is empty; pass the path of a store file")
+        raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
+        return raw if raw == ":memory:" else os.path.abspath(os.path.expanduser(raw))
 
     @contextmanager
     def store(self, *, builtin_embedder: bool = False, **kw: Any) -> Iterator[Any]:
@@ -66,6 +73,8 @@ class CliState:
             raise click.ClickException(str(exc)) from exc
         try:
             yield mem
+        except ConfigError as exc:  # a bad option value: a usage error (exit 2, §8.1)
+            raise click.UsageError(str(exc)) from exc
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         finally:
@@ -142,15 +151,59 @@ def _cell(value: Any) -> str:
 
 
 def _align(headers: list[str], rows: list[list[str]]) -> str:
-    limit = TABLE_CELL_LIMIT
-    rows = [[c if len(c) <= limit else c[: limit - 1] + "…" for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    rows = [[_clip(c, TABLE_CELL_LIMIT) for c in row] for row in rows]
+    widths = [max([_width(h)] + [_width(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    lines = ["  ".join(_pad(h, w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     lines.extend(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        "  ".join(_pad(c, w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
     )
     return "\n".join(lines)
+
+
+def _broken_pipe(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is a write to a pipe whose reader went away."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at the null device, so the interpreter's last flush at exit does not
+    complain about the closed pipe (the recipe of Python's signal docs)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _char_width(ch: str) -> int:
+    """Terminal columns of one character: CJK and emoji take two, combining marks none."""
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def _width(text: str) -> int:
+    return sum(_char_width(ch) for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` columns with "…" when longer."""
+    if _width(text) <= limit:
+        return text
+    out, used = [], 0
+    for ch in text:
+        if used + _char_width(ch) > limit - 1:
+            break
+        out.append(ch)
+        used += _char_width(ch)
+    return "".join(out) + "…"
 
 
 def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
@@ -207,7 +260,7 @@ def main(ctx: click.Context, db_path: str | None, output: str, tier: str | None,
     Example:
       elastimem demo
       elastimem --db notes.db remember favorite_color teal
-      elastimem --db notes.db recall "what colour do I like?"
+      elastimem --db notes.db recall "what color do I like?"
     """
     _configure_logging(verbose)
     ctx.obj = CliState(db_path, output, tier, verbose)
@@ -416,8 +469,14 @@ def export(state: CliState, file: str) -> None:
     with state.store() as mem:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
-            counts = mem.export(stream)
-            stream.flush()
+            try:
+                counts = mem.export(stream)
+                stream.flush()
+            except (StoreError, BrokenPipeError) as exc:
+                if not _broken_pipe(exc):
+                    raise
+                _quiet_stdout()  # a reader that stopped early (| head): not a failure
+                return
         else:
             counts = mem.export(file)
     if file == "-":
@@ -679,10 +738,6 @@ def _field(name: str, value: str) -> None:
 
 def _heading(text: str) -> None:
     click.echo("\n" + click.style(text, bold=True, fg="cyan"))
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _plus_minutes(at: str, minutes: int) -> str:

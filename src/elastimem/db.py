@@ -665,9 +665,16 @@ def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] 
                 check_same_thread=False,
                 timeout=BUSY_TIMEOUT_MS / 1000.0,
             )
+            if resolved != MEMORY_PATH:
+                # Before _configure: switching to WAL would already change a foreign file.
+                _schema_version(conn, resolved)
             _configure(conn, writer=True, memory=resolved == MEMORY_PATH)
             _probe(conn)
             return conn, recovery
+        except StoreError:
+            if conn is not None:
+                conn.close()
+            raise
         except sqlite3.Error as exc:
             code = error_code(exc)
             corrupt = code in (SQLITE_NOTADB, SQLITE_CORRUPT) and resolved != MEMORY_PATH
@@ -691,11 +698,25 @@ def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] 
     raise StoreError(f"could not open {resolved} after setting a corrupt file aside")
 
 
-def _schema_version(conn: sqlite3.Connection) -> int | None:
-    """None for a file with no tables; 1 for tables without a recorded version."""
+# The tables every elastimem layout has had: a file holding them without a ``meta`` table is
+# a very early store (version 1); a file without them is another program's database.
+_CORE_TABLES = frozenset({"sessions", "messages", "chunks", "facts"})
+
+
+def _schema_version(conn: sqlite3.Connection, path: str = "") -> int | None:
+    """None for a file with no tables; 1 for tables without a recorded version.
+
+    Raises ``StoreError`` for another program's SQLite database: migrating it would add
+    elastimem's tables to it, and rebuild any of its own that share a name.
+    """
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables:
         return None
+    if "meta" not in tables and not tables >= _CORE_TABLES:
+        raise StoreError(
+            f"{path or 'this file'} is an SQLite database of another program, not an "
+            "elastimem store; it was left unchanged: pass the path of a store (or of a new file)"
+        )
     if "meta" not in tables:
         return 1
     value = get_meta(conn, "schema_version")
@@ -777,7 +798,7 @@ def _drop_dangling(conn: sqlite3.Connection, broken: list[tuple[object, ...]]) -
 
 def _migrate(db: Database) -> None:
     with _writer_read(db) as conn:
-        version = _schema_version(conn)
+        version = _schema_version(conn, db.path)
     if version is None:
         _create_fresh(db)
         return
@@ -833,7 +854,7 @@ def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
     db = Database(resolved, conn, lock, read_only_uri=uri)
     try:
         with _writer_read(db) as c:
-            version = _schema_version(c)
+            version = _schema_version(c, resolved)
             if version is None:
                 raise StoreError(f"{resolved} is read-only and holds no elastimem store")
             if version > migrations.CURRENT_SCHEMA_VERSION:

@@ -332,9 +332,19 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
             raise ConfigError(
                 f"cannot export to {path_or_file!r}; pass a file path or a writable file object"
             )
-        target = os.path.expanduser(raw)
+        # A symlink names the file to write: the temp file goes beside that one and is
+        # renamed over it (renamed over the link, it replaced the link, target unwritten).
+        target = os.path.realpath(os.path.expanduser(raw))
         if os.path.isdir(target):
             raise StoreError(f"cannot write the export to {target}: it is a folder; name a file")
+        if os.path.exists(target) and not os.path.isfile(target):
+            # A device or a FIFO (/dev/null, a pipe to a compressor): written into as it
+            # is. Renaming a temp file over it replaced the device node with a file.
+            try:
+                with open(target, "wb") as handle:
+                    return _export_to(services, _ByteSink(handle), __version__)
+            except OSError as exc:
+                raise StoreError(f"cannot write the export to {target} ({exc.strerror})") from exc
         folder = os.path.dirname(os.path.abspath(target))
         # Write beside the target and rename at the end, so a failed export never leaves a
         # half-written file under the requested name.
