@@ -284,6 +284,14 @@ def test_table_columns_line_up_with_wide_characters(db: str) -> None:
     assert len(rows) == 2 and len(starts) == 1, table  # both values start in one column
 
 
+def test_demo_with_an_unreachable_llm_says_so_at_once(tmp_path: Path) -> None:
+    """Every background job failed and was retried: the demo sat silent for ~90 s."""
+    started = time.monotonic()
+    done = run("demo", "--no-embedder", "--llm-url", "http://127.0.0.1:9/v1", timeout=60)
+    assert done.returncode == 1 and time.monotonic() - started < 30
+    assert "cannot use the LLM at http://127.0.0.1:9/v1" in done.stderr.decode()
+
+
 def test_sessions_explain_and_default_path(tmp_path: Path) -> None:
     env = {"ELASTIMEM_DB": str(tmp_path / "env.db")}
     assert run("path", env=env).stdout.decode().strip() == str(tmp_path / "env.db")

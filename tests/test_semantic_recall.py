@@ -169,6 +169,20 @@ def test_a_store_opened_at_lite_streams_from_its_first_recall(
     assert lite._vectors.resident_rows == 0
 
 
+def test_stats_without_an_embedder_count_the_vectors_on_file(
+    make_store: Factory, store_path: Path, embedder: HashEmbedder
+) -> None:
+    """The CLI's one-shot commands open without an embedder: stats called every vector
+    stale right after a reindex."""
+    mem = make_store(embedder=embedder)
+    fill(mem)
+    mem.close()
+    bare = make_store(store_path)
+    stats = bare.stats()
+    assert stats["embedded_chunks"] == stats["chunks"] == len(TURNS)
+    assert stats["stale_embeddings"] == 0
+
+
 def test_embed_jobs_batch_a_backlog(make_store: Factory) -> None:
     embedder = HashEmbedder()
     gate = threading.Event()

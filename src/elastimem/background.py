@@ -1039,11 +1039,15 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             return int(conn.execute(sql, params).fetchone()[0])
 
         label = source.label
-        if label is None and source.builtin is not None:
-            # Not loaded yet in this process: count against the built-in vectors on file.
+        if label is None and (source.builtin is not None or not source.configured):
+            # Not loaded yet in this process (or no embedder here at all, as in the CLI's
+            # one-shot commands): count against the model most vectors on file come from,
+            # the built-in one's if it is wired in. Otherwise every vector read as stale.
+            pattern = "elastimem:%" if source.builtin is not None else "%"
             row = conn.execute(
-                "SELECT embedding_model FROM chunks WHERE embedding_model LIKE 'elastimem:%' "
-                "GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1"
+                "SELECT embedding_model FROM chunks WHERE embedding_model LIKE ? "
+                "GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1",
+                (pattern,),
             ).fetchone()
             label = row[0] if row else None
         dim = active_dim(services, conn, label) if label else None

@@ -659,6 +659,7 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
     kw: dict[str, Any] = {"builtin_embedder": not no_embedder}
     llm = _make_llm(llm_url, llm_model, llm_key)
     if llm is not None:
+        _check_llm_reachable(llm)
         kw["llm"] = llm
     # Only an explicit --db (the demo's own or the global flag) keeps the store; the
     # ELASTIMEM_DB variable is ignored so the demo never writes into a real store by accident.
@@ -667,6 +668,21 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
         target = chosen or str(Path(tmp) / "demo.db")
         with dataclasses.replace(state, db=target).store(**kw) as mem:
             _run_demo(mem, data, kept=chosen is not None, llm=llm)
+
+
+def _check_llm_reachable(llm: Any) -> None:
+    """One tiny call first: with the server down, every background job failed and was
+    retried, and the demo waited silently for minutes before showing anything."""
+    from .errors import LLMError
+
+    try:
+        llm("Reply with the single word OK.", max_tokens=2, temperature=0.0)
+    except LLMError as exc:
+        reason = str(exc).rstrip(".")
+        raise click.ClickException(
+            f"cannot use the LLM at {llm.base_url} ({reason}); start the server, or run "
+            "the demo without --llm-url"
+        ) from exc
 
 
 def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
