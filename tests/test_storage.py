@@ -236,6 +236,18 @@ def test_sqlite_errors_are_wrapped(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_store_file_this_user_may_not_read_gets_its_own_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "check that its folder exists and is writable", about a folder that was."""
+    path = tmp_path / "locked.db"
+    path.write_bytes(b"")
+    cant_open = sqlite3.OperationalError("unable to open database file")
+    monkeypatch.setattr(db.os, "access", lambda *args, **kwargs: False)  # as root, always True
+    message = str(db.translate_error(cant_open, str(path), "open"))
+    assert message == f"cannot open {path}: this user may not read it; fix its permissions"
+
+
 def test_readers_cannot_write(tmp_path: Path) -> None:
     store = db.open_store(tmp_path / "x.db")
     try:

@@ -109,6 +109,8 @@ def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> St
             f"could not {action} {path} because of a disk I/O error ({exc}); the disk may be "
             "full, over quota or failing: free some space or check the disk, then retry"
         )
+    elif code == SQLITE_CANTOPEN and os.path.exists(path) and not os.access(path, os.R_OK):
+        err = StoreError(f"cannot open {path}: this user may not read it; fix its permissions")
     elif code == SQLITE_CANTOPEN:
         err = StoreError(
             f"cannot open {path}; check that its folder exists and is writable by this user"
