@@ -224,6 +224,13 @@ def test_erase_through_the_real_script(db: str) -> None:
     assert run_json("--db", db, "erase", "--session", "99", "--yes")["sessions"] == 0
 
 
+def test_path_shows_the_file_a_symlink_opens(tmp_path: Path) -> None:
+    real = tmp_path / "real.db"
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    assert run("--db", str(link), "path").stdout.decode().strip() == str(real)
+
+
 def test_another_programs_database_is_refused_and_left_unchanged(tmp_path: Path) -> None:
     """A mistyped --db turned another app's SQLite file into a store: elastimem's tables
     added, its own "messages" table rebuilt."""

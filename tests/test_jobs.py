@@ -250,6 +250,34 @@ def test_a_job_this_process_left_running_is_requeued_at_its_next_open(
         assert again.drain(timeout=5) and again.pending() == 0
 
 
+def test_a_sibling_opening_while_another_closes_keeps_its_jobs(
+    make_store: Any, store_path: Any
+) -> None:
+    """The closing instance decided at its start that it was the last one, then after its
+    drain gave away every job of the process, those of a sibling opened meanwhile too."""
+    turn = ("I really enjoy hiking in the mountains near Denver every weekend", "Nice.")
+
+    def slow_llm(prompt: str, **kwargs: Any) -> str:
+        time.sleep(2.0)
+        return "NONE"
+
+    closing = make_store(llm=slow_llm, tier_override="standard")
+    closing.record_turn(*turn)  # held; the close's drain releases it and waits on the LLM
+    closer = threading.Thread(target=closing.close)
+    closer.start()
+    time.sleep(0.5)
+    opened = make_store(store_path, llm=lambda p, **k: "NONE", tier_override="standard")
+    opened.record_turn(*turn)
+    closer.join(30)
+    with opened._db.read() as conn:
+        mine = conn.execute(
+            "SELECT state, owner_pid FROM jobs WHERE session_id = ?", (opened.session_id,)
+        ).fetchall()
+    assert mine == [("held", os.getpid())]
+    assert opened.pending() == 1
+    assert opened.drain(timeout=10) and opened.pending() == 0
+
+
 @contextlib.contextmanager
 def mem_db_rows(path: Any) -> Iterator[list[tuple[Any, ...]]]:
     conn = sqlite3.connect(path)

@@ -69,6 +69,18 @@ def test_a_word_typed_as_stored_finds_itself_whatever_its_script(
     assert terms == ["Ｔｏｋｙｏ", "Tokyo", "ﬁnal", "final"]
 
 
+def test_a_decomposed_query_finds_composed_text_and_back(make_store: Any) -> None:
+    """macOS file names and pasted text come decomposed (NFD): the combining accent broke
+    the word in two, and "Amélie" matched nothing."""
+    import unicodedata
+
+    mem = make_store()
+    mem.record_turn("my niece Amélie starts school", "lovely")
+    mem.record_turn(unicodedata.normalize("NFD", "we visited Zoë yesterday"), "nice")
+    assert mem.recall(unicodedata.normalize("NFD", "Amélie"), kinds=["chunk"])
+    assert mem.recall("Zoë", kinds=["chunk"])
+
+
 def test_stopwords_are_dropped_but_a_stopword_only_query_still_works(
     seeded: elastimem.Elastimem,
 ) -> None:

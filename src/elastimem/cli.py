@@ -52,7 +52,8 @@ class CliState:
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        return raw if raw == ":memory:" else os.path.abspath(os.path.expanduser(raw))
+        # realpath, as the store resolves it: a symlink shows the file that opens.
+        return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
 
     @contextmanager
     def store(self, *, builtin_embedder: bool = False, **kw: Any) -> Iterator[Any]:

@@ -330,7 +330,10 @@ def owner_is_gone(pid: int | None, host: str | None, stamp: str | None, me: Owne
     return stamp is None or stamp < ts_minus(ORPHAN_HEARTBEAT_SECONDS)
 
 
-def find_orphans(conn: sqlite3.Connection, me: Owner) -> list[int]:
+def find_orphans(conn: sqlite3.Connection, me: Owner, siblings_open: bool = False) -> list[int]:
+    """Open sessions to close at open (§6). ``siblings_open``: other instances of this
+    process have the file open; then no session of this pid is an orphan (a sibling may be
+    inside a long job that holds its heartbeat back)."""
     rows = conn.execute(
         "SELECT id, owner_pid, owner_host, heartbeat_at FROM sessions WHERE ended_at IS NULL"
     ).fetchall()
@@ -338,10 +341,10 @@ def find_orphans(conn: sqlite3.Connection, me: Owner) -> list[int]:
     stale = ts_minus(ORPHAN_HEARTBEAT_SECONDS)
     for session_id, pid, host, beat in rows:
         if pid == me.pid and host == me.host:
-            # Another instance of this very process closes its own sessions, and refreshes
-            # their heartbeat at least every minute. A silent one is a crashed process that
-            # came back with the same pid (routine in containers, where the app is pid 1).
-            if beat is None or beat < stale:
+            # With no other instance of this process open, a session of this pid is a
+            # crashed process's that came back with the same pid (routine in containers,
+            # where the app is pid 1) once its heartbeat is stale.
+            if not siblings_open and (beat is None or beat < stale):
                 orphans.append(int(session_id))
             continue
         if owner_is_gone(pid, host, beat, me):

@@ -106,8 +106,11 @@ class Elastimem:
         self._after_tier_change(self._governor.profile)  # opened at LITE: stream from the start
         self._closed = False
         self._closing = False
+        # Counted as open from here on (not once the worker runs): a sibling closing while
+        # this one opens must see it and leave the process's jobs to it.
+        siblings_open = _count_in(self._db)
         try:
-            self._recover_at_open()
+            self._recover_at_open(siblings_open)
             self._services = background.Services(
                 db=self._db,
                 owner=self._owner,
@@ -126,9 +129,9 @@ class Elastimem:
             self._worker.start()
         except BaseException:
             self._closed = True
+            _count_out(self._db)
             self._db.close()
             raise
-        _opened(self._db)
 
     # -- attributes --------------------------------------------------------------------------
 
@@ -214,12 +217,12 @@ class Elastimem:
             return episodic.length_estimate
         return self._est
 
-    def _recover_at_open(self) -> None:
+    def _recover_at_open(self, siblings_open: bool) -> None:
         """Close orphan sessions and adopt abandoned jobs (§6; open step 5)."""
         if self._db.read_only:
             return  # another process with write access will recover them
         with self._db.atomic() as conn:
-            for session_id in episodic.find_orphans(conn, self._owner):
+            for session_id in episodic.find_orphans(conn, self._owner, siblings_open):
                 episodic.close_orphan(conn, session_id)
                 jobs.release_held_extracts(conn, session_id, self._owner, "session_end")
                 jobs.enqueue(conn, "session_summary", self._owner, session_id=session_id)
@@ -864,7 +867,8 @@ class Elastimem:
                         if self._session_id is not None:
                             background.persist_digest(conn, self._session_id, self._digest)
                             episodic.clear_owner(conn, self._session_id)
-                        if not shared:
+                        # Asked again: a sibling may have opened during the drain.
+                        if not shared and not _others_open(self._db):
                             jobs.clear_owner(conn, self._owner, running_in_process(self._db.path))
             except Exception as exc:
                 logger.warning("could not save session state at close: %s", _failure(exc))
@@ -883,10 +887,22 @@ _open_instances: dict[str, int] = {}
 _open_instances_guard = threading.Lock()
 
 
-def _opened(database: db.Database) -> None:
-    if not database.is_memory:
-        with _open_instances_guard:
-            _open_instances[database.path] = _open_instances.get(database.path, 0) + 1
+def _count_in(database: db.Database) -> bool:
+    """Count an opening instance in; True when others of this process have the file open."""
+    if database.is_memory:
+        return False
+    with _open_instances_guard:
+        before = _open_instances.get(database.path, 0)
+        _open_instances[database.path] = before + 1
+        return before > 0
+
+
+def _others_open(database: db.Database) -> bool:
+    """Whether an instance of this process other than a closing one has the file open."""
+    if database.is_memory:
+        return False
+    with _open_instances_guard:
+        return _open_instances.get(database.path, 0) > 0
 
 
 def _count_out(database: db.Database) -> bool:

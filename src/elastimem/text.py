@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
 
 # Lone surrogates cannot be encoded as UTF-8 and NUL truncates text in some SQLite paths,
 # so both become U+FFFD before anything is stored or searched.
@@ -87,7 +86,9 @@ def query_terms(query: object) -> list[str]:
     stopwords are judged lower-cased (``lower``, not ``casefold``, which would make the
     ligature and its expansion one term).
     """
-    text = sanitize(query)
+    # NFC first: a decomposed "é" (macOS names, pasted text) is one letter again, not a
+    # word break; composing changes no character's identity, so FTS5 folds it as before.
+    text = unicodedata.normalize("NFC", sanitize(query))
     raw: list[str] = []
     seen: set[str] = set()
     for word in _WORD_RUN.findall(text):
@@ -115,25 +116,12 @@ def normalize_key(key: str) -> str:
     """Normalise a fact key (§5.4): NFKC, casefold, strip, ``_`` joins, letters/digits/_ only."""
     text = unicodedata.normalize("NFKC", sanitize(key)).casefold().strip()
     text = re.sub(r"[\s\-]+", "_", text)
-    text = "".join(_key_chars(text))
+    text = "".join(ch for ch in text if ch == "_" or ch.isalnum())
     text = re.sub(r"_+", "_", text).strip("_")
     # Trimmed again after the cut (§5.4 cuts last): a key ending in "_" would not survive
     # its own normalisation, and remember(key) with a key read from facts() would then
     # write another key.
     return text[:MAX_KEY_LENGTH].strip("_") if len(text) > MAX_KEY_LENGTH else text
-
-
-def _key_chars(text: str) -> Iterator[str]:
-    """Letters, digits and ``_``, with the combining marks that follow a letter or digit:
-    the vowel signs of Devanagari, Arabic or Hebrew are part of the word ("पिता", father,
-    and "पता", address, differ only by one), so dropping them merged unrelated keys."""
-    after_word_char = False
-    for ch in text:
-        if ch == "_" or ch.isalnum():
-            after_word_char = ch != "_"
-            yield ch
-        elif after_word_char and unicodedata.category(ch)[0] == "M":
-            yield ch
 
 
 def collapse_whitespace(text: str) -> str:
