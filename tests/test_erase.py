@@ -383,6 +383,19 @@ def test_a_fact_is_stored_after_another_instance_erased_the_open_session(
     assert other.fact_history("favorite_color")[0].value == "teal"
 
 
+def test_another_instances_erase_of_my_session_drops_my_digest(
+    make_store: Factory, store_path: Any
+) -> None:
+    """Its rolling summary quoted the erased turns in the next prompt."""
+    mine = make_store(store_path, tier_override="lite")
+    other = make_store(store_path)
+    mine.begin_session()
+    mine.report_evictions([("my bank pin is ZQXMARKER 4921", "noted")])
+    assert "ZQXMARKER" in mine.build_context("").rolling_summary
+    other.erase(session_id=mine.session_id)
+    assert mine.build_context("").rolling_summary == "" and mine.session_id is None
+
+
 def test_erase_in_memory_store(memory_store: elastimem.Elastimem) -> None:
     memory_store.record_turn(f"remember {MARKER}", "ok")
     memory_store.remember("code", MARKER)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import elastimem
@@ -528,6 +529,26 @@ def test_user_id_rule(rich: elastimem.Elastimem, make_store: Factory, tmp_path: 
         assert same.facts()["favorite_color"] == "green"
     finally:
         same.close()
+
+
+@pytest.mark.parametrize("scale", [float("nan"), 0.0, 1000.0])
+def test_an_import_with_a_vector_that_is_not_unit_is_refused(
+    rich: elastimem.Elastimem, make_store: Any, tmp_path: Path, scale: float
+) -> None:
+    """One NaN or scaled vector skewed every search of its label (HNSW scored all 0)."""
+    lines = export_lines(rich)
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        if obj.get("table") == "chunks" and obj["row"].get("embedding"):
+            vector = np.frombuffer(base64.b64decode(obj["row"]["embedding"]), "<f4") * scale
+            obj["row"]["embedding"] = base64.b64encode(vector.astype("<f4").tobytes()).decode()
+            lines[i] = json.dumps(obj) + "\n"
+            bad_line = i + 1
+            break
+    target = make_store(tmp_path / "target.db")
+    with pytest.raises(ImportFormatError, match=rf"line {bad_line} .*not a finite unit vector"):
+        target.import_(io.BytesIO("".join(lines).encode()))
+    assert target.stats()["chunks"] == 0
 
 
 def test_bad_arguments(mem: elastimem.Elastimem, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from elastimem import EmbedderError, embedders
 from elastimem.embedders import MINILM_LABEL
 from elastimem.retrieval import DEFAULT_WEIGHTS
 
-from .conftest import HashEmbedder
+from .conftest import HashEmbedder, wait_until
 
 Factory = Callable[..., elastimem.Elastimem]
 
@@ -181,6 +181,58 @@ def test_stats_without_an_embedder_count_the_vectors_on_file(
     stats = bare.stats()
     assert stats["embedded_chunks"] == stats["chunks"] == len(TURNS)
     assert stats["stale_embeddings"] == 0
+
+
+def test_a_vector_embedded_before_an_erase_never_lands_on_the_chunk_taking_its_id(
+    make_store: Factory,
+) -> None:
+    """The embed call runs outside the lock; meanwhile the session is erased and a new turn
+    takes the erased chunk's id (SQLite reuses the highest ids). The erased text's vector
+    was written onto the new chunk, and recall for the erased words found it."""
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(HashEmbedder):
+        def __call__(self, texts: list[str]) -> Any:
+            if any("ZQXMARKER" in t for t in texts):
+                entered.set()
+                release.wait(20)
+            return super().__call__(texts)
+
+    embedder = Blocking()
+    mem = make_store(embedder=embedder, tier_override="full")
+    mem.record_turn("an ordinary first turn about gardening", "ok")
+    assert mem.drain(10)
+    secret = mem.begin_session()
+    mem.record_turn("my bank pin is ZQXMARKER 4921 never tell anyone", "noted")
+    assert entered.wait(10)
+    mem.erase(session_id=secret)
+    mem.begin_session()
+    mem.record_turn("what a lovely sunny afternoon walk", "indeed")
+    release.set()
+    assert mem.drain(10)
+
+    def newest() -> tuple[str, Any]:
+        with mem._db.read() as conn:
+            row = conn.execute("SELECT text, embedding FROM chunks ORDER BY id DESC LIMIT 1")
+            return tuple(row.fetchone())  # type: ignore[return-value]
+
+    # Its own vector comes from the backfill (its job found the batch taken).
+    assert wait_until(lambda: newest()[1] is not None, 20)
+    text, blob = newest()
+    own = np.asarray(embedder.vector(text), dtype=np.float32)
+    assert blob is not None and np.allclose(np.frombuffer(blob, "<f4"), own, atol=1e-6)
+
+
+def test_reindex_drops_query_vectors_of_the_model_it_replaced(make_store: Factory) -> None:
+    """force=True is how a host that swapped its model (same label and dimension) refreshes
+    its vectors; the cached query vectors were still the old model's."""
+    first = HashEmbedder(dim=32)
+    mem = make_store(embedder=first)
+    fill(mem)
+    mem.recall("greyhound Biscuit")
+    assert len(mem._services.embedding.query_cache._entries) >= 1
+    mem.reindex(force=True)
+    assert len(mem._services.embedding.query_cache._entries) == 0
 
 
 def test_embed_jobs_batch_a_backlog(make_store: Factory) -> None:

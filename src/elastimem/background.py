@@ -260,7 +260,8 @@ def run_embed(services: Services, job: jobs.Job) -> None:
                 raise jobs.ReportedFailure(type(exc).__name__) from exc
             raise
         with services.db.atomic() as conn:
-            write_vectors(conn, [int(r[0]) for r in batch], matrix, label)
+            batch_ids, own = [int(r[0]) for r in batch], [str(r[1]) for r in batch]
+            write_vectors(conn, batch_ids, matrix, label, own)
         services.embedding.record_dim(label, int(matrix.shape[1]))
 
 
@@ -344,7 +345,8 @@ def reindex(
         if rows:
             matrix = _embed_or_raise(source, texts)
             with services.db.atomic() as conn:
-                written += write_vectors(conn, [int(r[0]) for r in rows], matrix, label)
+                batch_ids, own = [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+                written += write_vectors(conn, batch_ids, matrix, label, own)
             source.record_dim(label, int(matrix.shape[1]))
         done += len(part)
         if progress is not None:
@@ -352,6 +354,9 @@ def reindex(
     with services.db.atomic() as conn:
         db.bump_meta(conn, "vectors.gen")
         db.log_event(conn, "reindex", chunks=written, label=label)
+    # Cached query vectors may be the old model's (a host that swapped its model keeps the
+    # label "host" and the dimension): they would score against the new vectors.
+    source.query_cache.clear()
     return written
 
 

@@ -25,6 +25,7 @@ import binascii
 import io
 import json
 import logging
+import math
 import os
 import sqlite3
 import tempfile
@@ -32,6 +33,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import IO, Any
+
+import numpy as np
 
 from . import db, graph, migrations
 from .background import Services
@@ -67,6 +70,8 @@ EXPORT_TABLES = (
 EXPORTED_META_KEYS = ("created_at", "created_by", "user_id")
 _ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id"}
 FTS_TABLES = ("chunks_fts", "facts_fts")
+# float32 rounding of a unit vector's length stays far inside this.
+UNIT_NORM_TOLERANCE = 1e-3
 # What erase reports, in this order.
 ERASE_COUNT_KEYS = (
     "facts",
@@ -615,6 +620,12 @@ class _Importer:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or len(blob) != 4 * dim:
             raise _bad(line_no, f"has a chunk vector of {len(blob)} bytes that does not match "
                                 f"embedding_dim {dim!r} (4 bytes per dimension)")  # fmt: skip
+        # Every stored vector is a finite unit vector (§4.4): one NaN or a stray scale
+        # skewed every search of its label (HNSW scored every chunk 0 with a NaN row).
+        norm = float(np.linalg.norm(np.frombuffer(blob, dtype="<f4").astype(np.float64)))
+        if not math.isfinite(norm) or abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
+            raise _bad(line_no, f"has a chunk vector of length {norm:.6g}, not a finite unit "
+                                "vector as elastimem writes them")  # fmt: skip
 
     def _meta(self, line_no: int, row: dict[str, Any]) -> None:
         key, value = row.get("key"), row.get("value")

@@ -471,6 +471,13 @@ class Elastimem:
 
     def _current_digest(self) -> tuple[int | None, list[str]]:
         with self._state_lock:
+            if self._session_id is not None:
+                with self._db.read() as conn:
+                    erased = not episodic.exists(conn, self._session_id)
+                if erased:
+                    # Another instance or process erased it: its digest quotes what was
+                    # erased, and must not reach the next prompt.
+                    self._session_id, self._digest = None, []
             return self._session_id, list(self._digest)
 
     def _apply_digest(self, session_id: int, items: list[str]) -> None:

@@ -806,7 +806,9 @@ class VectorIndex:
             ann.saved_size = ann.size
             ann_module.save_snapshot(self._db, label, dim, ann.gen, ann.seq, ann.to_bytes())
             with self._lock:
-                if self._config.vector_backend != "numpy":
+                # Not at LITE: the tier may have dropped while it was built (the snapshot
+                # is saved; the graph comes back from it when the tier rises).
+                if self._config.vector_backend != "numpy" and not self._streaming:
                     self._ann = ann
         except Exception as exc:
             if not self._db.closed:  # closing mid-build is not a failure
@@ -952,13 +954,20 @@ def _filter_mask(sessions: np.ndarray, created: np.ndarray, filters: Filters) ->
 
 
 def write_vectors(
-    conn: sqlite3.Connection, chunk_ids: list[int], matrix: np.ndarray, label: str
+    conn: sqlite3.Connection,
+    chunk_ids: list[int],
+    matrix: np.ndarray,
+    label: str,
+    texts: Sequence[str] | None = None,
 ) -> int:
     """Store unit vectors for chunks (inside ``atomic()``); bumps ``vectors.seq``/``gen``.
 
     Each row gets the next ``embed_seq``; replacing a vector that existed (a re-embed or a
     model change) also bumps ``vectors.gen`` so every index drops the old one. Chunks
     erased meanwhile are skipped. Returns the number written.
+
+    ``texts`` are the chunks' own texts as they were read for embedding: a row whose text
+    differs now is skipped (see below).
     """
     from .db import bump_meta, set_meta
 
@@ -966,12 +975,16 @@ def write_vectors(
     seq = get_meta_int(conn, "vectors.seq")
     replaced = False
     written = 0
-    for chunk_id, vector in zip(chunk_ids, matrix):
+    for index, (chunk_id, vector) in enumerate(zip(chunk_ids, matrix)):
         row = conn.execute(
-            "SELECT embedding IS NOT NULL FROM chunks WHERE id = ?", (chunk_id,)
+            "SELECT embedding IS NOT NULL, text FROM chunks WHERE id = ?", (chunk_id,)
         ).fetchone()
         if row is None:
             continue  # erased meanwhile
+        if texts is not None and row[1] != texts[index]:
+            # Erased meanwhile, and its id taken by a new chunk (SQLite reuses the highest
+            # ids): this vector is the erased text's. The new chunk gets its own job.
+            continue
         replaced = replaced or bool(row[0])
         seq += 1
         conn.execute(
