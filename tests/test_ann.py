@@ -179,6 +179,26 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     assert again.stats()["vector_backend"] == "hnsw" and not again._vectors._ann_building
 
 
+@needs_usearch
+def test_a_graph_built_while_the_tier_fell_to_lite_is_not_installed(
+    database: db_module.Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LITE frees the matrix and the graph; a build finishing after that installed its
+    graph anyway, and it stayed resident for as long as the store was at LITE."""
+    add_chunks(database, unit_rows(np.random.default_rng(5), 300, 16))
+    index = index_for(database, vector_backend="hnsw")
+    real_build = ann_module.build
+
+    def build_then_lite(*args: object) -> ann_module.AnnIndex:
+        built = real_build(*args)  # type: ignore[arg-type]
+        index.set_streaming(True)  # the tier drops to LITE while the build finishes
+        return built
+
+    monkeypatch.setattr(ann_module, "build", build_then_lite)
+    index._build(LABEL, 16)
+    assert index.backend_name() == "numpy-stream" and index.ann_bytes == 0
+
+
 def test_the_search_width_grows_with_the_square_root_of_the_size() -> None:
     width = ann_module.search_width
     assert width(1) == width(ann_module.WIDTH_REFERENCE_ROWS) == ann_module.EXPANSION_SEARCH
