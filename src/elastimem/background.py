@@ -444,23 +444,92 @@ def _request_prime(services: Services, index: KeywordIndexes, worker: Worker) ->
         worker.submit(lambda: _prime_keywords(services, index))
 
 
-def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
-    """The vector leg for one query, or None when the gate of §5.6 says no."""
+@dataclass
+class VectorLegReport:
+    """What became of one query's vector leg: ``ExplainResult.vector_leg`` (values.py)."""
+
+    state: str = "not_run"
+
+
+def request_embedder_load(services: Services, profile: MemoryProfile) -> bool:
+    """Ask the worker, once per instance, to load the built-in model if the tier allows.
+
+    Called right after open (so the first recall rarely waits) and by the vector gate.
+    True when a load is coming or done.
+    """
     source = services.embedding
-    if not profile.vector_recall_enabled or source.failed or not source.configured:
+    builtin = source.builtin
+    if builtin is None or source.host_embed is not None or not profile.embedder_load_allowed:
+        return False
+    if builtin.state != "not_loaded" or source.load_requested:
+        return builtin.state != "failed"
+    worker = services.worker
+    if worker is None:
+        return False
+    source.load_requested = True
+    worker.submit(builtin.load)
+    return True
+
+
+def vector_gate(services: Services, profile: MemoryProfile) -> str:
+    """§5.6's vector gate: "ready", or why the leg cannot run (a VECTOR_LEG_STATES value).
+
+    A built-in model that is loading (or queued to load) is waited for, up to
+    ``embedder_wait_seconds``, on the caller's thread; the load itself runs on the worker.
+    """
+    source = services.embedding
+    if not profile.vector_recall_enabled:
+        return "disabled"
+    if not source.configured:
+        return "no_embedder"
+    if source.failed:
+        return "failed"
+    if source.resident():
+        return "ready"
+    builtin = source.builtin
+    if builtin is None:
+        return "no_embedder"  # a query encoder alone embeds no passages
+    if not profile.embedder_load_allowed:
+        return "not_loaded"
+    worker = services.worker
+    if not request_embedder_load(services, profile) or worker is None:
+        return "failed" if builtin.state == "failed" else "not_loaded"
+    if worker.is_worker_thread:
+        return "not_ready"  # the load is queued behind this very call: waiting would hang
+    wait = services.config().embedder_wait_seconds
+    state = builtin.wait(wait)
+    if state == "ready":
+        return "ready"
+    if state == "failed":
+        return "failed"
+    services.warn_once(
+        "embedder_not_ready",
+        "the built-in embedder was still loading after %.1f s (embedder_wait_seconds), so "
+        "this result was made without meaning-search; explain() reports vector_leg="
+        "'not_ready' while it loads",
+        wait,
+    )
+    return "not_ready"
+
+
+def vector_leg(
+    services: Services,
+    text: str,
+    profile: MemoryProfile,
+    report: VectorLegReport | None = None,
+) -> Any:
+    """The vector leg for one query, or None when the gate of §5.6 says no.
+
+    ``report.state`` says what became of it: the gate's reason, "failed" when the query
+    vector could not be made or used, "used" once a search runs.
+    """
+    report = report if report is not None else VectorLegReport()
+    source = services.embedding
+    gate = vector_gate(services, profile)
+    if gate != "ready":
+        report.state = gate
         return None
-    if not source.resident():
-        builtin = source.builtin
-        if (
-            builtin is not None
-            and builtin.state == "not_loaded"
-            and profile.embedder_load_allowed
-            and services.worker is not None
-            and not source.load_requested
-        ):
-            source.load_requested = True
-            services.worker.submit(builtin.load)
-        return None
+    report.state = "failed"  # until a search runs
     label = source.label
     if label is None:
         return None
@@ -504,6 +573,7 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
             # legs run here.
             if query is None or not usable(conn, query):
                 return _no_leg
+            report.state = "used"
             return vectors.start_search(conn, query, label, filters, n)
 
         def finish() -> list[tuple[int, float]] | None:
@@ -515,6 +585,7 @@ def vector_leg(services: Services, text: str, profile: MemoryProfile) -> Any:
                 return None
             if not usable(conn, vector):
                 return None
+            report.state = "used"
             return vectors.search(conn, vector, label, filters, n)
 
         return finish

@@ -77,6 +77,11 @@ class ElastimemConfig:
     graph_merge_review_window_days: float = 7.0
     vector_backend: str = "auto"
     ann_min_rows: int = 200000
+    # How long recall/explain/build_context wait for the built-in model while it loads
+    # (about 0.5 s from the ONNX cache; the first-ever conversion takes 10-30 s). Past it
+    # the result is made without the vector leg, explain() says "not_ready" and a warning
+    # is logged once. 0 never waits.
+    embedder_wait_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         self._validate()
@@ -131,6 +136,12 @@ class ElastimemConfig:
                 + ", ".join(repr(b) for b in VECTOR_BACKENDS)
             )
         _int_at_least(self, "ann_min_rows", 1)
+        if not _is_number(self.embedder_wait_seconds) or self.embedder_wait_seconds < 0:
+            raise ConfigError(
+                f"embedder_wait_seconds={self.embedder_wait_seconds!r} is invalid; "
+                "use a number of seconds >= 0"
+            )
+        self.embedder_wait_seconds = float(self.embedder_wait_seconds)
 
     # -- helpers ---------------------------------------------------------------------------
 

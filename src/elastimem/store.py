@@ -127,6 +127,9 @@ class Elastimem:
             )
             self._worker = background.make_worker(self._services, self._on_worker_wake)
             self._worker.start()
+            # The model loads on the worker while the host gets ready, so the first recall
+            # rarely waits for it (§5.6's vector gate waits otherwise).
+            background.request_embedder_load(self._services, self._governor.profile)
         except BaseException:
             self._closed = True
             _count_out(self._db)
@@ -672,8 +675,9 @@ class Elastimem:
             return None, signal
         profile = self._governor.profile
         vector_leg = None
+        report = background.VectorLegReport()
         if "chunk" in kinds:
-            vector_leg = background.vector_leg(self._services, text, profile)
+            vector_leg = background.vector_leg(self._services, text, profile, report)
         config = self._config
         with self._db.read() as conn:
             if signal is self._UNSET:
@@ -691,6 +695,7 @@ class Elastimem:
                 graph=signal,
                 keyword_index=background.keyword_index(self._services, profile),
             )
+        ranking.vector_leg = report.state
         return ranking, signal
 
     # -- context -----------------------------------------------------------------------------

