@@ -31,13 +31,26 @@ ENV_VARS = (
 )
 
 
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ELASTIMEM_CACHE_DIR for the whole run: the built-in model is converted to ONNX
+    once per session (seconds of torch), not once per test that loads it."""
+    return tmp_path_factory.mktemp("elastimem_cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_env(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    model_cache_dir: Path,
+) -> Path:
     """Point every default path at a temporary home; no test touches the user's files."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("ELASTIMEM_CACHE_DIR", str(model_cache_dir))
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     return home

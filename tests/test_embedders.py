@@ -532,8 +532,12 @@ class _FakeTextEmbedding:
 
     instances: list[_FakeTextEmbedding] = []
     fail_with: Exception | None = None
+    # When set, loading the model waits for it: a slow (or never finishing) load.
+    loaded_when: threading.Event | None = None
 
     def __init__(self, model_name: str, **kwargs: Any) -> None:
+        if self.loaded_when is not None:
+            self.loaded_when.wait(60)
         if self.fail_with is not None:
             raise self.fail_with
         self.model_name = model_name
@@ -558,6 +562,7 @@ def fake_fastembed(monkeypatch: pytest.MonkeyPatch) -> type[_FakeTextEmbedding]:
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     monkeypatch.setattr(_FakeTextEmbedding, "instances", [])
     monkeypatch.setattr(_FakeTextEmbedding, "fail_with", None)
+    monkeypatch.setattr(_FakeTextEmbedding, "loaded_when", None)
     return _FakeTextEmbedding
 
 
@@ -603,6 +608,98 @@ def test_warm_up_loads_the_built_in_model_when_only_a_query_embedder_is_given(
         assert mem.stats()["embedder"] == "not_loaded"
         assert mem.warm_up(timeout=30) is True
         assert mem.stats()["embedder"] == "ready" and len(fake_fastembed.instances) == 1
+
+
+# ------------------------------------------------- the vector gate waits for a loading model
+
+
+def _not_ready_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in _warnings(caplog) if "still loading" in r.getMessage()]
+
+
+def test_recall_waits_for_the_built_in_model_while_it_loads(
+    fake_fastembed: type[_FakeTextEmbedding],
+    embedder_env: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the first recall skipped the vector leg while the model loaded, silently."""
+    _lay_out_bge_cache(embedder_env)
+    loaded = threading.Event()
+    fake_fastembed.loaded_when = loaded
+    timer = threading.Timer(0.3, loaded.set)  # a load that takes a while
+    with elastimem.Elastimem(
+        str(tmp_path / "w.db"), tier_override="full", embedder_wait_seconds=60
+    ) as mem:
+        timer.start()
+        first = mem.explain("Do I own any animals?")
+        assert first.vector_leg == "used"
+        assert mem.stats()["embedder"] == "ready"
+        context = mem.build_context("Do I own any animals?")  # the same gate
+        assert context is not None
+    timer.join()
+    assert _not_ready_warnings(caplog) == []
+
+
+def test_a_model_that_never_gets_ready_is_reported_and_warned_once(
+    fake_fastembed: type[_FakeTextEmbedding],
+    embedder_env: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _lay_out_bge_cache(embedder_env)
+    loaded = threading.Event()
+    fake_fastembed.loaded_when = loaded
+    mem = elastimem.Elastimem(
+        str(tmp_path / "n.db"), tier_override="full", embedder_wait_seconds=0.2
+    )
+    try:
+        mem.remember("pet", "a border collie called Juniper")
+        for _ in range(3):
+            result = mem.explain("which pet do I have")
+            assert result.vector_leg == "not_ready"
+            assert [h.text for h in result.hits] == ["pet: a border collie called Juniper"]
+        mem.build_context("which pet do I have")
+        assert mem.stats()["embedder"] == "loading"
+    finally:
+        loaded.set()
+        mem.close()
+    assert len(_not_ready_warnings(caplog)) == 1
+
+
+def test_the_gate_waits_only_as_long_as_configured(
+    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+) -> None:
+    """embedder_wait_seconds=0: never wait; the state still says why the leg was left out."""
+    _lay_out_bge_cache(embedder_env)
+    loaded = threading.Event()
+    fake_fastembed.loaded_when = loaded
+    mem = elastimem.Elastimem(str(tmp_path / "z.db"), tier_override="full", embedder_wait_seconds=0)
+    try:
+        assert mem.explain("anything at all").vector_leg == "not_ready"
+    finally:
+        loaded.set()
+        mem.close()
+
+
+def test_the_model_starts_loading_at_open_when_the_store_has_its_vectors(
+    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+) -> None:
+    _lay_out_bge_cache(embedder_env)
+    path = str(tmp_path / "p.db")
+    with elastimem.Elastimem(path, tier_override="full") as mem:
+        assert mem.stats()["embedder"] == "not_loaded", "a new store loads nothing at open"
+        mem.begin_session()
+        mem.record_turn("I have a border collie called Juniper.", "Lovely.")
+        mem.end_session()
+        assert mem.drain(30)
+        assert mem.stats()["embedded_chunks"] == 1
+    embedders._shared_backend = None
+    count = len(fake_fastembed.instances)
+    with elastimem.Elastimem(path, tier_override="full") as mem:
+        assert mem._worker.wait_for(lambda: len(fake_fastembed.instances) > count, 30)
+    with elastimem.Elastimem(path, tier_override="lite") as mem:
+        assert mem.explain("border collie").vector_leg == "not_loaded"
 
 
 def test_uncached_bge_is_skipped_without_touching_fastembed(
@@ -769,3 +866,31 @@ def test_torch_runs_on_one_thread_unless_the_host_brought_torch(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == str(expected)
+
+
+def test_explain_says_whether_the_vector_leg_ran(
+    make_store: Any, embedder: Any, tmp_path: Path
+) -> None:
+    with_host = make_store(tmp_path / "host.db", embedder=embedder)
+    with_host.remember("pet", "a border collie called Juniper")
+    assert with_host.explain("which pet do I have").vector_leg == "used"
+    assert with_host.explain("").vector_leg == "not_run"  # nothing ranked
+    without = make_store(tmp_path / "none.db")  # no host embedder, built-in disabled
+    assert without.explain("which pet do I have").vector_leg == "no_embedder"
+
+    def broken(texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("the embedding server is down")
+
+    failing = make_store(tmp_path / "broken.db", embedder=broken)
+    failing.remember("pet", "a border collie called Juniper")
+    result = failing.explain("which pet do I have")
+    assert result.vector_leg == "failed"
+    assert [h.text for h in result.hits] == ["pet: a border collie called Juniper"]
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, "10", True, float("nan"), float("inf"), None])
+def test_embedder_wait_seconds_is_validated(bad: object) -> None:
+    with pytest.raises(elastimem.ConfigError, match="embedder_wait_seconds"):
+        elastimem.ElastimemConfig(embedder_wait_seconds=bad)  # type: ignore[arg-type]
+    assert elastimem.ElastimemConfig(embedder_wait_seconds=0).embedder_wait_seconds == 0.0
+    assert elastimem.ElastimemConfig().embedder_wait_seconds == 10.0

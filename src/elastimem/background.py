@@ -471,6 +471,26 @@ def request_embedder_load(services: Services, profile: MemoryProfile) -> bool:
     return True
 
 
+def preload_embedder(services: Services, profile: MemoryProfile) -> None:
+    """At open: start loading the built-in model when the store holds vectors it made, so
+    the first recall rarely waits. A store without them (new, or host-embedded) loads it
+    at its first embed job or query, as before: a process that never searches them pays
+    nothing (90 MB of RAM, a fraction of a second of a core)."""
+    source = services.embedding
+    if source.builtin is None or source.host_embed is not None:
+        return
+    try:
+        with services.db.read() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM meta WHERE key LIKE 'embedder.elastimem:%' LIMIT 1"
+            ).fetchone()
+    except Exception as exc:  # only a head start
+        logger.debug("checking for built-in vectors failed: %s", type(exc).__name__)
+        return
+    if row is not None:
+        request_embedder_load(services, profile)
+
+
 def vector_gate(services: Services, profile: MemoryProfile) -> str:
     """§5.6's vector gate: "ready", or why the leg cannot run (a VECTOR_LEG_STATES value).
 

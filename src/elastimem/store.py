@@ -127,9 +127,7 @@ class Elastimem:
             )
             self._worker = background.make_worker(self._services, self._on_worker_wake)
             self._worker.start()
-            # The model loads on the worker while the host gets ready, so the first recall
-            # rarely waits for it (§5.6's vector gate waits otherwise).
-            background.request_embedder_load(self._services, self._governor.profile)
+            background.preload_embedder(self._services, self._governor.profile)
         except BaseException:
             self._closed = True
             _count_out(self._db)
