@@ -850,9 +850,12 @@ def test_torch_runs_on_one_thread_unless_the_host_brought_torch(
     host_threads: int | None, expected: int
 ) -> None:
     _require_embed_extra()
+    # onnxruntime is hidden so the sentence-transformers path loads (the ONNX path runs no
+    # torch at all once converted; its own thread count is tested in test_onnx_embedder).
     script = textwrap.dedent(
         f"""
         import sys
+        sys.modules["onnxruntime"] = None
         if {host_threads!r} is not None:
             import torch
             torch.set_num_threads({host_threads!r})
