@@ -8,14 +8,8 @@ with elastimem.open("~/.local/share/myagent/memory.db") as mem:
 
 from __future__ import annotations
 
-from importlib import metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = _metadata.version("elastimem")
-except _metadata.PackageNotFoundError:  # running from a source tree
-    __version__ = "0.0.0+dev"
-
-from . import llms
 from .assembly import ContextPlan
 from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
@@ -42,6 +36,30 @@ from .values import (
     Hit,
     TimelineResult,
 )
+
+if TYPE_CHECKING:
+    from . import llms
+
+    __version__: str
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__`` and ``llms`` on first use: importlib.metadata and the HTTP client
+    modules cost ~0.1 s of every start (CLI, first recall) that most processes never use."""
+    if name == "__version__":
+        from importlib import metadata
+
+        try:
+            version = metadata.version("elastimem")
+        except metadata.PackageNotFoundError:  # running from a source tree
+            version = "0.0.0+dev"
+        globals()["__version__"] = version
+        return version
+    if name == "llms":
+        import importlib
+
+        return importlib.import_module(".llms", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open(path: str, **kw: object) -> Elastimem:  # noqa: A001 - the documented entry point

@@ -674,6 +674,10 @@ class VectorIndex:
         backend = self._config.vector_backend
         if backend == "numpy":
             return False
+        if backend == "auto" and self._current_count(conn, label, dim, gen, seq) < (
+            self._config.ann_min_rows
+        ):
+            return False  # exact search; usearch is not even imported (~0.1 s at start)
         if not ann_module.usearch_available():
             if backend == "hnsw" and not self._warned_no_usearch:
                 self._warned_no_usearch = True
