@@ -302,3 +302,37 @@ def test_two_processes_converting_at_once_leave_one_good_file(
         cache,
     )
     assert check.stdout.strip() == "True", check.stderr
+
+
+# ------------------------------------------------------- onnxruntime after usearch crashes
+
+
+@pytest.mark.slow  # child processes load the model
+@pytest.mark.parametrize("who", ["elastimem", "host"])
+def test_usearch_imported_first_never_crashes_the_load(who: str, converted: Path) -> None:
+    """Importing onnxruntime after usearch is a segmentation fault (their C++ runtimes
+    clash). When elastimem imports usearch it brings onnxruntime first; when the host did,
+    the load falls back to sentence-transformers instead of crashing."""
+    from elastimem import ann
+
+    if not ann.usearch_available():  # imports onnxruntime first, as this test is about
+        pytest.skip("the vec extra (usearch) is not installed")
+    first = (
+        "from elastimem import ann; assert ann.usearch_available()"
+        if who == "elastimem"
+        else "import usearch.index"
+    )
+    done = _run_child(
+        f"""
+        import sys
+        {first}
+        from elastimem.embedders import BuiltinEmbedder
+        e = BuiltinEmbedder()
+        assert e.load(), e.failure
+        print(e.label, "sentence_transformers" in sys.modules)
+        """,
+        converted,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    via_sentence_transformers = who == "host"
+    assert done.stdout.split() == [MINILM_LABEL, str(via_sentence_transformers)]

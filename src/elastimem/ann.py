@@ -20,9 +20,11 @@ usearch is imported on first use only; :func:`usearch_available` tells whether i
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -77,11 +79,30 @@ _usearch_state: dict[str, Any] = {}
 _import_lock = threading.Lock()
 
 
+def _onnxruntime_first() -> None:
+    """Import onnxruntime before usearch, when it is installed.
+
+    usearch's extension carries its own C++ runtime, whose unique symbols then win over
+    the system one: importing onnxruntime after it crashes the process (segmentation fault;
+    usearch 2.26, onnxruntime 1.32). In the other order both work. The built-in embedder
+    imports onnxruntime when it loads, which may come after a query found the store big
+    enough for HNSW, so it is imported here first (~0.1 s, only on stores that use HNSW).
+    """
+    if "onnxruntime" in sys.modules:
+        return
+    try:
+        if importlib.util.find_spec("onnxruntime") is not None:
+            import onnxruntime  # noqa: F401
+    except Exception as exc:  # a broken install: the built-in embedder will say so
+        logger.debug("importing onnxruntime before usearch failed: %s", exc)
+
+
 def usearch_available() -> bool:
     """True when ``usearch.index`` imports (checked once per process)."""
     with _import_lock:
         if "ok" not in _usearch_state:
             try:
+                _onnxruntime_first()
                 from usearch.index import Index
 
                 _usearch_state["Index"] = Index

@@ -143,6 +143,13 @@ def load(model_dir: Path, version: str) -> OnnxMiniLM:
     or tokenizers missing, no torch to convert with, or a conversion that failed its check.
     A cached file that is incomplete or damaged is removed and converted again.
     """
+    if "usearch.compiled" in sys.modules and "onnxruntime" not in sys.modules:
+        # Importing onnxruntime after usearch crashes the process (see ann._onnxruntime_first,
+        # which imports it first whenever elastimem imports usearch); the host did here.
+        raise OnnxUnavailable(
+            "usearch was imported before onnxruntime, and importing onnxruntime after it "
+            "crashes the process; import onnxruntime first to use the fast path"
+        )
     try:
         import onnxruntime  # noqa: F401
         import tokenizers  # noqa: F401
