@@ -39,7 +39,19 @@ def _bundled() -> tuple[Path, str]:
 
 
 def _model_files(cache: Path) -> list[Path]:
-    return sorted((cache / "models").glob("*.onnx"))
+    """The cached model folders (model.onnx + model.data each), temporaries excluded."""
+    folder = cache / "models"
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def _meta(model: Path) -> dict[str, Any]:
+    record = json.loads(model.with_name(model.name + ".json").read_text())
+    assert isinstance(record, dict)
+    return record
+
+
+def _sizes(model: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in model.iterdir()}
 
 
 def _run_child(code: str, cache: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -102,13 +114,18 @@ def test_conversion_caches_a_private_file_that_a_fresh_process_uses_without_torc
     converted: Path,
 ) -> None:
     (model,) = _model_files(converted)
-    meta = json.loads(model.with_suffix(".json").read_text())
-    assert meta["onnx_bytes"] == model.stat().st_size and meta["dim"] == 384
+    meta = _meta(model)
+    assert meta["bytes"] == _sizes(model) and meta["dim"] == 384
+    assert set(meta["bytes"]) == {"model.onnx", "model.data"}
     assert meta["min_cosine"] >= onnx_embedder.MIN_COSINE
     _, version = _bundled()
     assert f"-{version}-" in model.name, "keyed by the model package's version"
-    assert stat.S_IMODE(model.stat().st_mode) == 0o600
-    assert stat.S_IMODE(model.parent.stat().st_mode) == 0o700
+    for path in model.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(model.with_name(model.name + ".json").stat().st_mode) == 0o600
+    for folder in (model, model.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    mtime = (model / "model.data").stat().st_mtime_ns
     done = _run_child(
         """
         import sys
@@ -125,7 +142,8 @@ def test_conversion_caches_a_private_file_that_a_fresh_process_uses_without_torc
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[0] == f"{MINILM_LABEL} 384 [] 1.0"
     assert done.stderr == ""
-    assert _model_files(converted) == [model], "the cached file was reused, not rewritten"
+    assert _model_files(converted) == [model]
+    assert (model / "model.data").stat().st_mtime_ns == mtime, "reused, not rewritten"
 
 
 @pytest.mark.slow  # loads sentence-transformers beside the ONNX model
@@ -216,8 +234,9 @@ def test_a_truncated_cached_model_is_detected_and_converted_again(
 ) -> None:
     cache = tmp_path / "cache"
     model = _copy_cache(converted, cache)
-    with open(model, "r+b") as handle:
-        handle.truncate(model.stat().st_size // 3)
+    weights = model / "model.data"
+    with open(weights, "r+b") as handle:  # an interrupted copy: never mapped, never read
+        handle.truncate(weights.stat().st_size // 3)
     monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(cache))
     monkeypatch.setattr(embedders, "_shared_backend", None)
     embedder = BuiltinEmbedder()
@@ -225,27 +244,31 @@ def test_a_truncated_cached_model_is_detected_and_converted_again(
         assert embedder.load() is True
     assert embedder.label == MINILM_LABEL
     assert any("converting it again" in r.getMessage() for r in caplog.records)
-    assert model.stat().st_size == json.loads(model.with_suffix(".json").read_text())["onnx_bytes"]
+    assert _meta(model)["bytes"] == _sizes(model)
     assert not list((cache / "models").glob(".*.tmp")), "no temporary file is left"
 
 
-@pytest.mark.parametrize("damage", ["garbage", "meta"])
+@pytest.mark.parametrize("damage", ["graph", "weights", "record", "missing"])
 def test_a_damaged_cached_model_never_crashes_the_load(
     damage: str, converted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Same size but other bytes, or an unreadable record: the file is not used. Without
-    torch to convert again, the load fails cleanly (keyword search), never raises."""
+    """Same sizes but other bytes, an unreadable record, a missing file: the model is not
+    used. Without torch to convert again, the load fails cleanly (keyword search)."""
     cache = tmp_path / "cache"
     model = _copy_cache(converted, cache)
-    if damage == "garbage":
-        size = model.stat().st_size
-        with open(model, "r+b") as handle:
-            handle.seek(size // 2)
-            handle.write(os.urandom(4096))
-            handle.seek(0)
+    if damage == "graph":
+        with open(model / "model.onnx", "r+b") as handle:
             handle.write(b"\x00" * 64)
+    elif damage == "weights":  # garbage every MB: every layer is hit, the probe differs
+        weights = model / "model.data"
+        with open(weights, "r+b") as handle:
+            for offset in range(0, weights.stat().st_size - 4096, 1 << 20):
+                handle.seek(offset)
+                handle.write(os.urandom(4096))
+    elif damage == "record":
+        model.with_name(model.name + ".json").write_text("{ not json")
     else:
-        model.with_suffix(".json").write_text("{ not json")
+        (model / "model.onnx").unlink()
     monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(cache))
     monkeypatch.setattr(embedders, "_shared_backend", None)
     for name in ("torch", "sentence_transformers"):
@@ -290,8 +313,7 @@ def test_two_processes_converting_at_once_leave_one_good_file(
     converters = [out.split()[2] for out, _err in outputs]
     assert sorted(converters) == ["False", "True"], "one converted, the other waited and reused"
     (model,) = _model_files(cache)
-    meta = json.loads(model.with_suffix(".json").read_text())
-    assert meta["onnx_bytes"] == model.stat().st_size
+    assert _meta(model)["bytes"] == _sizes(model)
     assert not list((cache / "models").glob(".*.tmp"))
     check = _run_child(
         """
