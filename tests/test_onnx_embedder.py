@@ -215,6 +215,27 @@ def test_a_new_process_finds_the_animals_on_its_first_recall(
     assert any("Juniper" in t or "Pixel" in t for t in texts[:2]), texts
     assert state_line == "used False"
 
+    # The CLI's recall: the same answer, and none of the heavy modules it does not need.
+    cli = _run_child(
+        f"""
+        import sys
+        from elastimem.cli import main
+        sys.argv = ["elastimem", "--db", {str(path)!r}, "recall", "Do I own any animals?"]
+        try:
+            main()
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        heavy = [m for m in ("torch", "sentence_transformers", "transformers", "mcp", "usearch")
+                 if m in sys.modules]
+        print("heavy:", heavy)
+        """,
+        converted,
+    )
+    assert cli.returncode == 0, cli.stderr
+    output, heavy = cli.stdout.rsplit("heavy:", 1)
+    assert heavy.strip() == "[]"
+    assert any(h["text"] == texts[0] for h in json.loads(output)), output
+
 
 # ------------------------------------------------------------------ damage and races
 
