@@ -580,18 +580,27 @@ class Elastimem:
     # -- lessons -----------------------------------------------------------------------------
 
     def add_lesson(self, text: str, tag: str | None = None) -> bool:
+        """Save a lesson (§5.15). True when it is new or revived from the archive; False when
+        it is empty, already one of the current lessons (its use is counted), or refused by
+        the instruction and markup guards (it is then in ``quarantine_entries()``)."""
         self._check_open()
         if not isinstance(text, str):
             raise ConfigError(f"text={text!r} is invalid; a lesson is a string")
         if tag is not None and not isinstance(tag, str):
             raise ConfigError(f"tag={tag!r} is invalid; pass a string or None")
         with self._db.atomic() as conn:
-            added = procedural.add_lesson(
-                conn, sanitize(text), sanitize(tag) if tag else None, self._config.max_lessons
+            written = procedural.add_lesson(
+                conn,
+                sanitize(text),
+                sanitize(tag) if tag else None,
+                self._config.max_lessons,
+                quarantine_cap=self._config.quarantine_cap,
             )
-            if added:
+            if written.stored:
                 self._bump_writes(conn)
-        return added
+        if written.refused is not None:
+            logger.info("a lesson was refused (%s) and quarantined", written.refused)
+        return written.added
 
     def lessons(self, n: int | None = None) -> list[str]:
         self._check_open()
