@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import migrations
+from . import files, migrations
 from .clock import now_ts
 from .errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
 from .text import em_fold
@@ -560,7 +560,7 @@ def reconcile_fts(db: Database) -> None:
 
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """Expand ``~``, create missing parent folders and return the absolute path."""
+    """Expand ``~``, create missing parent folders (0700) and return the absolute path."""
     raw: object = os.fspath(path)
     if not isinstance(raw, str):  # a path-like object giving bytes
         raise ConfigError(f"path={path!r} is invalid; pass a str or a path-like giving str")
@@ -570,7 +570,7 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
         raise StoreError(f"{raw!r} is not a usable store path; pass a file path or ':memory:'")
     target = Path(os.path.expanduser(raw))
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        files.make_private_folders(target.parent)
     except OSError as exc:
         raise StoreError(
             f"cannot create the folder {target.parent} for the store ({exc.strerror}); "
@@ -606,14 +606,21 @@ def _quarantine_corrupt(resolved: str) -> str:
         aside = f"{resolved}.corrupt-{stamp}-{counter}"
     try:
         os.replace(resolved, aside)
+        moved = [aside]
         for suffix in ("-wal", "-shm"):
             if os.path.exists(resolved + suffix):
                 os.replace(resolved + suffix, aside + suffix)
+                moved.append(aside + suffix)
     except OSError as exc:
         raise StoreError(
             f"{resolved} is corrupt and could not be set aside ({exc.strerror}); "
             "move it away by hand and reopen"
         ) from exc
+    # A rename keeps the mode: a copy set aside from a store made before files were private
+    # would stay readable by others, under a name no one opens or checks.
+    for path in moved:
+        files.make_private(path)
+    files.create_private_file(resolved)  # the fresh store, private before SQLite opens it
     return aside
 
 
@@ -829,8 +836,13 @@ def open_store(path: str | os.PathLike[str]) -> Database:
     lock = threading.RLock() if resolved == MEMORY_PATH else _path_lock(resolved)
     if _cannot_write(resolved):
         return _open_read_only(resolved, lock)
+    # Made private before SQLite opens it, so it is never readable by others (SQLite's own
+    # create would follow the umask, typically 0644); -wal and -shm then take its mode.
+    created = resolved != MEMORY_PATH and files.create_private_file(resolved)
     with lock:
         conn, recovery = _connect_checked(resolved)
+        if not created and recovery is None:
+            files.warn_if_shared(resolved)
         db = Database(resolved, conn, lock)
         try:
             _migrate(db)
@@ -853,6 +865,7 @@ def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
     cannot be migrated, so it is refused with a message saying how to fix it.
     """
     conn, uri = _connect_read_only(resolved)
+    files.warn_if_shared(resolved)
     db = Database(resolved, conn, lock, read_only_uri=uri)
     try:
         with _writer_read(db) as c:
