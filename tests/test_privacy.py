@@ -4,7 +4,6 @@ already exist keep their mode; an existing store others may read is named in one
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import files
+from elastimem import db, files
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
 
@@ -128,25 +127,24 @@ def test_an_existing_shared_store_is_named_once_and_left_as_it_is(
     assert mode(path) == 0o644  # not changed behind the user's back
 
 
-def test_a_group_writable_read_only_store_is_named_too(
-    umask_022: None, base: Path, caplog: pytest.LogCaptureFixture
+def test_a_group_writable_store_opened_read_only_is_named_too(
+    umask_022: None, base: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = base / "ro.db"
     with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
         mem.remember("pet", "cat")
-    os.chmod(path, 0o464)  # read-only for its owner, writable by the group
-    try:
-        if os.access(path, os.W_OK):
-            pytest.skip("this user writes any file (root)")
-        with (
-            caplog.at_level(logging.WARNING, logger="elastimem"),
-            elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem,
-        ):
-            assert mem.facts() == {"pet": "cat"}
-        (warning,) = shared_warnings(caplog)
-        assert "read and write" in warning and f"chmod 600 {path}" in warning
-    finally:
-        os.chmod(path, 0o600)
+    os.chmod(path, 0o664)
+    # A store this process may not write opens read-only; root writes any file, so the
+    # refusal is simulated.
+    monkeypatch.setattr(db, "_cannot_write", lambda resolved: True)
+    with (
+        caplog.at_level(logging.WARNING, logger="elastimem"),
+        elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem,
+    ):
+        assert mem.facts() == {"pet": "cat"} and mem._db.read_only
+    (warning,) = shared_warnings(caplog)
+    assert "read and write" in warning and f"chmod 600 {path}" in warning
+    assert mode(path) == 0o664
 
 
 def test_a_memory_store_has_no_file_mode() -> None:
@@ -190,14 +188,23 @@ def test_set_aside_copies_of_a_corrupt_store_are_private(
     assert shared_warnings(caplog) == []
 
 
-def test_an_export_is_private(umask_022: None, base: Path) -> None:
+def test_an_export_is_private(umask_022: None, base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    renamed: list[tuple[str, int]] = []
+    real_replace = os.replace
+
+    def replace(src: Any, dst: Any) -> None:
+        renamed.append((os.path.basename(src), mode(src)))
+        real_replace(src, dst)
+
     with elastimem.Elastimem(str(base / "m.db"), disable_builtin_embedder=True) as mem:
         mem.remember("salary", "90k")
         target = base / "backup.jsonl"
-        mem.export(target)
+        with monkeypatch.context() as patched:
+            patched.setattr(os, "replace", replace)
+            mem.export(target)
         assert mode(target) == 0o600
-        buffer = io.BytesIO()
-        mem.export(buffer)
+    # The temporary file it was written to was private the whole time, too.
+    assert [(name.startswith(".elastimem-export-"), m) for name, m in renamed] == [(True, 0o600)]
     assert sorted(p.name for p in base.iterdir() if p.name.startswith(".elastimem")) == []
     with elastimem.Elastimem(str(base / "copy.db"), disable_builtin_embedder=True) as other:
         other.import_(target)
