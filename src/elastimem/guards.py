@@ -252,6 +252,8 @@ def is_instruction_like(value: str) -> bool:
     or disguise the phrase past the pattern ("Ignore\u200b all previous instructions")."""
     if INSTRUCTION_PATTERN.search(value) is not None:
         return True
+    if value.isascii() and value.isprintable():
+        return False  # nothing to drop or fold: it reads as it is written
     read = _as_read(value)
     return read != value and INSTRUCTION_PATTERN.search(read) is not None
 

@@ -89,8 +89,10 @@ def build_server(mem: Any) -> Any:
         ) -> Any:
             if not schemas:
                 for tool in await self.list_tools():
-                    schema = getattr(tool, "input_schema", None) or tool.inputSchema
-                    schemas[tool.name] = dict(schema)
+                    schema = getattr(tool, "input_schema", None)  # mcp 2.x
+                    if schema is None:
+                        schema = getattr(tool, "inputSchema", None)  # mcp 1.x
+                    schemas[tool.name] = dict(schema or {})
             schema = schemas.get(name)
             if schema is not None:
                 unknown = unknown_arguments_message(name, schema, arguments)
