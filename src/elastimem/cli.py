@@ -429,8 +429,8 @@ def _clip(text: str, limit: int) -> str:
         return text
     cut = _take(text, limit - 1)
     space = cut.rfind(" ")
-    if space >= len(cut) // 2:
-        cut = cut[:space]
+    if not text[len(cut)].isspace() and space >= len(cut) // 2:
+        cut = cut[:space]  # not in the middle of a word
     return cut.rstrip(" ,;:") + "…"
 
 
