@@ -1,11 +1,13 @@
 """The ``elastimem`` command line: a thin layer over the Python API (SPEC §8.1).
 
-Data commands print JSON by default and aligned columns with ``--format table``. The store
-comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in the per-user app folder;
-``elastimem path`` prints which. Exit codes: 0 success, 1 a runtime error (its message on
-stderr) or ``forget`` with nothing to forget, 2 a usage error. Long work (``import``,
-``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back or keeps only whole
-batches, so the store stays consistent.
+Data commands print JSON by default and, with ``--format table``, lines and columns fitted
+to the terminal. The store comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in
+the per-user app folder; ``elastimem path`` prints which. Only commands that store something
+(``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
+and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
+the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long
+work (``import``, ``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back
+or keeps only whole batches, so the store stays consistent.
 """
 
 from __future__ import annotations
