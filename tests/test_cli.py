@@ -604,6 +604,12 @@ def test_a_text_file_given_as_the_store_is_refused_untouched(tmp_path: Path) -> 
 def test_a_damaged_store_is_set_aside_and_the_cli_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
     path.write_bytes(b"SQLite format 3\x00" + b"\xee" * 3000)
+    # A read leaves it where it is (setting it aside would leave nothing to read) ...
+    before = listing(tmp_path)
+    read = run("--db", str(path), "facts")
+    assert read.returncode == 1 and "is a damaged store" in read.stderr.decode()
+    assert listing(tmp_path) == before
+    # ... a command that stores something moves it aside, and says where.
     done = run("--db", str(path), "remember", "color", "teal")
     assert done.returncode == 0, done.stderr.decode()
     aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]

@@ -100,6 +100,16 @@ def test_a_damaged_sqlite_file_is_set_aside_and_the_store_says_where(tmp_path: P
         mem.set_aside = "x"  # type: ignore[misc]
 
 
+def test_create_false_leaves_a_damaged_store_where_it_is(tmp_path: Path) -> None:
+    """Setting it aside would leave no store to open: a read must not rename files."""
+    path = tmp_path / "memory.db"
+    path.write_bytes(db.SQLITE_HEADER + b"\xff" * 4000)
+    before = snapshot(tmp_path)
+    with pytest.raises(StoreError, match="is a damaged store .* left unchanged"):
+        open_store(path, create=False)
+    assert snapshot(tmp_path) == before
+
+
 def test_an_empty_file_becomes_a_store_as_sqlite3_makes_it_one(tmp_path: Path) -> None:
     path = tmp_path / "new.db"
     path.write_bytes(b"")

@@ -473,19 +473,27 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
-def _configure_logging(verbose: bool) -> None:
+def _configure_logging(verbose: bool) -> Callable[[], None]:
     """Warnings (a damaged store set aside, a read-only folder…) always reach stderr; ``-v``
-    adds the INFO records."""
+    adds the INFO records. Returns what undoes it when the command ends (a host that runs
+    the CLI in its own process keeps its logging as it was)."""
     log = logging.getLogger("elastimem")
-    handler = next((h for h in log.handlers if getattr(h, "_elastimem_stderr", False)), None)
-    if handler is None:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
-        handler._elastimem_stderr = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
+    if any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
+        return lambda: None
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
+    handler._elastimem_stderr = True  # type: ignore[attr-defined]
     handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    level = log.level
+    log.addHandler(handler)
     if verbose:
         log.setLevel(logging.INFO)
+
+    def undo() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+    return undo
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -509,7 +517,7 @@ def main(ctx: click.Context, db_path: str | None, output: str | None, tier: str 
       elastimem --db notes.db remember favorite_color teal
       elastimem --db notes.db recall "what color do I like?"
     """
-    _configure_logging(verbose)
+    ctx.call_on_close(_configure_logging(verbose))
     ctx.obj = CliState(db_path, output, tier, verbose)
 
 

@@ -764,6 +764,16 @@ def _connect_checked(
             code = error_code(exc)
             corrupt = code in (SQLITE_NOTADB, SQLITE_CORRUPT) and resolved != MEMORY_PATH
             aside = None
+            if corrupt and existing_only:
+                # Setting it aside would leave no store at all: say so, change nothing.
+                if conn is not None:
+                    conn.close()
+                raise StoreError(
+                    f"{resolved} is a damaged store ({exc}); it was left unchanged "
+                    "(create=False): restore it from a backup, or open it with create=True "
+                    "(on the command line, a command that stores something), which moves it "
+                    "aside and starts a fresh store"
+                ) from exc
             if corrupt and attempt == 0:
                 # Rename before closing: closing could otherwise delete the side files,
                 # and they may hold the only copy of recent writes.
