@@ -498,7 +498,8 @@ def _configure_logging(verbose: bool) -> Callable[[], None]:
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", metavar="PATH", help="Store file (default: $ELASTIMEM_DB, "
-              "else memory.db in the per-user app folder).")  # fmt: skip
+              "else memory.db in the per-user app folder). Only commands that store "
+              "something create it.")  # fmt: skip
 @click.option("--format", "output", type=click.Choice(["json", "table"]),
               help="Output format for data commands: json (the default) or table, for "
               "people; `context` prints its text unless json is asked for.")  # fmt: skip
