@@ -10,6 +10,7 @@ from elastimem.guards import (
     MAX_VALUE_LENGTH,
     PLACEHOLDER_VALUES,
     REASON_EMPTY,
+    REASON_EMPTY_KEY,
     REASON_FRAGMENT,
     REASON_GIBBERISH,
     REASON_INSTRUCTIONS,
@@ -28,6 +29,7 @@ from elastimem.text import normalize_key
 
 ALL_REASONS = {
     REASON_EMPTY,
+    REASON_EMPTY_KEY,
     REASON_TOO_LONG,
     REASON_RESERVED,
     REASON_TRANSCRIPT,
@@ -74,7 +76,7 @@ def test_returns_the_normalised_key_on_rejection_too() -> None:
 
 
 def test_reason_constants_are_short_distinct_lowercase() -> None:
-    assert len(ALL_REASONS) == 8
+    assert len(ALL_REASONS) == 9
     assert all(r == r.lower() and 0 < len(r) <= 30 for r in ALL_REASONS)
 
 
@@ -82,9 +84,21 @@ def test_reason_constants_are_short_distinct_lowercase() -> None:
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
-@pytest.mark.parametrize(("key", "value"), [("", "x"), ("!!!", "x"), ("name", ""), ("name", "  ")])
-def test_empty_key_or_value_is_rejected_for_every_source(key: str, value: str, source: str) -> None:
-    assert reason(key, value, source) == REASON_EMPTY
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("", "x", REASON_EMPTY_KEY),
+        ("!!!", "x", REASON_EMPTY_KEY),  # nothing is left of it after normalisation
+        ("!!!", "", REASON_EMPTY_KEY),
+        ("name", "", REASON_EMPTY),
+        ("name", "  ", REASON_EMPTY),
+    ],
+)
+def test_empty_key_or_value_is_rejected_for_every_source(
+    key: str, value: str, expected: str, source: str
+) -> None:
+    """The reason says which one: "!!!" was refused as an "empty key or value"."""
+    assert reason(key, value, source) == expected
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))

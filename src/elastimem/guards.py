@@ -30,7 +30,9 @@ GIBBERISH_CHECKED_SOURCES = frozenset({"auto", "merge"})
 
 MAX_VALUE_LENGTH = 500
 
-REASON_EMPTY = "empty key or value"
+# A key is empty when nothing of it survives normalisation ("!!!", "", "  ").
+REASON_EMPTY_KEY = "key has no letters or digits"
+REASON_EMPTY = "empty value"
 REASON_TOO_LONG = "value too long"
 REASON_RESERVED = "reserved key"
 REASON_TRANSCRIPT = "transcript key"
@@ -155,7 +157,9 @@ def guard_fact(
 def _first_failure(
     key: str, value: str, source: str, reserved_keys: frozenset[str] | set[str]
 ) -> str | None:
-    if not key or not value.strip():
+    if not key:
+        return REASON_EMPTY_KEY
+    if not value.strip():
         return REASON_EMPTY
     if len(value) > MAX_VALUE_LENGTH:
         return REASON_TOO_LONG

@@ -54,6 +54,7 @@ class Elastimem:
         self,
         path: str | os.PathLike[str],
         *,
+        create: bool = True,
         llm: Callable[..., str] | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
         query_embedder: Callable[[str], Any] | None = None,
@@ -68,6 +69,8 @@ class Elastimem:
         self._closed = True  # until construction succeeds
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError(f"path={path!r} is invalid; pass a file path or ':memory:'")
+        if not isinstance(create, bool):
+            raise ConfigError(f"create={create!r} is invalid; pass True or False")
         llm = _pick_alias("llm", llm, "complete_fn", complete_fn)
         embedder = _pick_alias("embedder", embedder, "embed_fn", embed_fn)
         for name, fn in (
@@ -95,7 +98,7 @@ class Elastimem:
             self._builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, self._builtin)
 
-        self._db = db.open_store(path)
+        self._db = db.open_store(path, create=create)
         self._owner = episodic.Owner.current()
         self._state_lock = threading.RLock()
         self._session_id: int | None = None
@@ -138,6 +141,12 @@ class Elastimem:
     @property
     def path(self) -> str:
         return self._db.path
+
+    @property
+    def set_aside(self) -> str | None:
+        """Where this open moved a damaged store file (§4.5) before creating a fresh store
+        at ``path``; None when it found nothing to set aside."""
+        return self._db.set_aside
 
     @property
     def complete_fn(self) -> Callable[..., str] | None:
