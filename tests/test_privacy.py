@@ -282,3 +282,19 @@ def test_a_shared_store_is_named_by_the_cli(base: Path) -> None:
     err = done.stderr.decode()
     assert err.count("other accounts") == 1 and f"chmod 600 {path}" in err
     assert mode(path) == 0o644
+
+
+def test_a_graph_page_written_by_the_cli_is_private(base: Path) -> None:
+    path = base / "graph.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("pet", "cat")
+    page = base / "graph.html"
+    done = cli("--db", str(path), "graph", "--as", "html", "-o", str(page), env={})
+    assert done.returncode == 0, done.stderr.decode()
+    assert mode(page) == 0o600 and page.read_text(encoding="utf-8").startswith("<!")
+    kept = base / "kept.dot"
+    kept.write_text("old", encoding="utf-8")
+    os.chmod(kept, 0o644)
+    done = cli("--db", str(path), "graph", "--as", "dot", "-o", str(kept), env={})
+    assert done.returncode == 0, done.stderr.decode()
+    assert mode(kept) == 0o644 and "digraph elastimem" in kept.read_text(encoding="utf-8")

@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 
+from . import files
 from .errors import ConfigError, ElastimemError, StoreError
 
 DB_ENV_VAR = "ELASTIMEM_DB"
@@ -889,7 +890,11 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
         text = render(conn)
     if out and out != "-":
         try:
-            Path(out).expanduser().write_text(text, encoding="utf-8")
+            target = Path(out).expanduser()
+            # The graph names the people and places of a private memory: a new file is made
+            # 0600 like an export; an existing one keeps the mode its owner gave it.
+            files.create_private_file(str(target))
+            target.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise click.ClickException(f"cannot write {out} ({exc.strerror})") from exc
         click.echo(f"wrote {out}", err=True)
