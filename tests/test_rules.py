@@ -215,13 +215,16 @@ def test_allergies(text: str, expected: str) -> None:
         ("I'm vegetarian", "vegetarian"),
         ("I AM PESCATARIAN!", "pescatarian"),
         ("i'm Vegan now", "vegan"),
+        ("I'm a vegan", "vegan"),  # issue 15: ordinary phrasing
     ],
 )
 def test_diet(text: str, expected: str) -> None:
     assert capture_rules(text) == [("diet", expected)]
 
 
-@pytest.mark.parametrize("text", ["I'm not vegan", "I'm a vegan", "I'm veganish", "we are vegan"])
+@pytest.mark.parametrize(
+    "text", ["I'm not vegan", "I'm veganish", "we are vegan", "my friend is a vegan"]
+)
 def test_diet_needs_the_exact_phrase(text: str) -> None:
     assert capture_rules(text) == []
 

@@ -1,6 +1,8 @@
 """Rule capture (SPEC §5.5): profile facts read from fixed phrases in the user's own words.
 
-``capture_rules`` runs over one user message and returns ``(key, value)`` pairs in text order.
+``capture_rules`` runs over one user message and returns ``(key, value)`` pairs in text order;
+``find_endings`` returns the facts the message says have ended ("I'm no longer vegetarian",
+"I don't live in Chicago anymore") and ``retired_keys`` decides which live facts those end.
 It costs a few regex scans, so it runs on every turn at every tier, with no LLM.
 
 Each rule is a trigger phrase ("i work at") plus a *value shape* that says how much of the
@@ -9,18 +11,36 @@ the call-me rule at all, so a later "call me Sam" in the same message is that ru
 match. Cleaning (trailing punctuation, filler cut, forbidden first word) then applies to that
 one match; a value dropped by cleaning does not fall back to a later match.
 
+A trigger counts only where the user states it of themselves, now (``_asserted``): not in a
+hypothetical ("if I moved to Paris"), a question ("do I live in Denver?"), a quote or
+someone else's words ("she said 'I'm from Ohio'"), or under a negation ("I don't think I'm
+vegan"). Such a trigger is no match, so a later one in the message is the rule's first match.
+
 Triggers are case-insensitive. Whether a word is capitalised is judged on the text as written,
 which is what tells a name ("Anna Smith") from the words after it ("anna and ...").
 
-The module is pure: no I/O, no state. Writing captures (source "rule") is the caller's job.
+The module is pure: no I/O, no state. Writing captures (source "rule") and retiring ended facts
+is the caller's job.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from .rule_words import (
+    AFTER_NAME_WORDS,
+    FAVORITE_TIME_PHRASES,
+    NAME_BREAK_WORDS,
+    NOT_EMPLOYERS,
+    NOT_NAMES,
+    NOT_OCCUPATION_MODIFIERS,
+    NOT_PLACES,
+    NOT_VALUE_STARTS,
+    OCCUPATION_NOUNS,
+    THIS_IS_WORDS,
+)
 from .text import normalize_key
 
 # A word of a name or place: letters, with inner apostrophes or hyphens (O'Brien, Jean-Luc).
@@ -35,16 +55,28 @@ _REGION_COMMA_RE = re.compile(r",[ \t]*")
 # Words split for cleaning: letters or digits, with inner apostrophes or hyphens.
 _CLEAN_WORD_RE = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 
-_I_AM = r"\bi(?:['’]m|\s+am)\s+"  # "I'm" (straight or curly apostrophe) or "I am"
+_I_AM = r"\b(?P<subj>i)(?:['’]m|\s+am)\s+"  # "I'm" (straight or curly apostrophe) or "I am"
+_I_HAVE = r"\b(?P<subj>i)(?:['’]ve|\s+have)\s+"  # "I've" or "I have"
+# Adverbs that may stand between the subject and the verb without changing what is stated:
+# "I actually moved to", "we just moved to", "I now live in". Never a negation or a modal.
+_ADVERB = (
+    r"(?:actually|just|recently|finally|now|currently|also|still|officially|eventually|"
+    r"really|already|then|mostly|permanently|basically)"
+)
+_ADVERBS = rf"(?:{_ADVERB}\s+){{0,2}}"
 
 TRAILING_PUNCTUATION = ".,!?;:"
 
 # Words that end a value when they follow at least one value word and are lowercase in the
 # text: "teal by the way" → "teal", while "Right Said Fred" keeps its capitalised "Right".
+# The time words after "because" were added for issue 15: "I work at Stripe since March",
+# "my favorite band is Radiohead lately".
 # fmt: off
 FILLER_WORDS = frozenset({
     "by", "though", "actually", "anyway", "btw", "honestly", "right", "now", "these", "at",
     "for", "in", "so", "but", "and",
+    "because", "since", "until", "last", "next", "this", "today", "yesterday", "tomorrow",
+    "recently", "lately", "currently", "nowadays", "anymore",
 })
 # fmt: on
 
@@ -71,11 +103,16 @@ CALL_ME_STOPLIST = frozenset({
 # fmt: on
 
 DIET_WORDS = ("vegetarian", "vegan", "pescatarian")
+_DIET = "(?:" + "|".join(DIET_WORDS) + ")"
 
 MAX_NAME_WORDS = 2
 MAX_PLACE_WORDS = 3  # before the comma, and again after it
 MAX_FAVORITE_SUBJECT_WORDS = 3
 FAVORITE_KEY_PREFIX = "favorite"
+
+# Keys whose value is a proper noun that may be named in part: "I don't live in Austin
+# anymore" ends location "Austin, Texas", "I left Google" ends employer "Google LLC".
+_PARTIAL_MATCH_KEYS = frozenset({"location", "employer", "hometown", "name"})
 
 
 # A shape reads the value that follows a trigger; None means "no match here".
@@ -84,11 +121,34 @@ Shape = Callable[[str, re.Match[str]], str | None]
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the §5.5 table: a key, its trigger patterns and the shape of its value."""
+    """One row of the §5.5 table: a key, its trigger patterns and the shape of its value.
+
+    ``not_first`` lists lowercase words the value may not start with in any case ("I moved
+    to my parents' place"); ``not_values`` whole values that are no value of this key ("I
+    live in fear", "we moved to Postgres"), compared casefolded; ``fillers`` more words
+    that end this rule's value like FILLER_WORDS ("I work at Google as an engineer").
+    """
 
     key: str
     patterns: tuple[re.Pattern[str], ...]
     shape: Shape
+    not_first: frozenset[str] = frozenset()
+    not_values: frozenset[str] = frozenset()
+    fillers: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A statement that a fact has ended: "I'm no longer vegetarian" (diet, "vegetarian").
+
+    ``keys`` are the facts it may end ("I left Portland" may be a place or an employer);
+    ``value`` is what the user named, matched against the live value by ``ends``. None ends
+    any diet ("I started eating meat again").
+    """
+
+    keys: tuple[str, ...]
+    value: str | None
+    start: int
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -112,9 +172,9 @@ def _capitalised_run(text: str, pos: int, limit: int) -> int:
     return end
 
 
-def _proper_noun(max_words: int, *, region: bool) -> Shape:
+def _proper_noun(max_words: int, *, region: bool, lowercase: bool = True) -> Shape:
     """1–``max_words`` capitalised words (plus ", Region" if ``region``); a lowercase match
-    takes one word."""
+    takes one word when ``lowercase``, else is no match."""
 
     def shape(text: str, match: re.Match[str]) -> str | None:
         start = match.end()
@@ -122,7 +182,7 @@ def _proper_noun(max_words: int, *, region: bool) -> Shape:
         if first is None:
             return None
         if not _is_capitalised(first.group()):
-            return first.group()
+            return first.group() if lowercase else None
         end = _capitalised_run(text, start, max_words)
         if region:
             comma = _REGION_COMMA_RE.match(text, end)
@@ -146,11 +206,76 @@ def _value_group(text: str, match: re.Match[str]) -> str | None:
     return match.group("value")
 
 
+def _capitalised_group(text: str, match: re.Match[str]) -> str | None:
+    value = match.group("value")
+    return value if value[:1].isupper() else None
+
+
+def _job_group(text: str, match: re.Match[str]) -> str | None:
+    """The value of an "I'm a <job>" trigger, unless a word before the job says it is none
+    ("I'm a terrible writer", "I'm a former nurse")."""
+    words = match.group("job").split()
+    if any(word.casefold() in NOT_OCCUPATION_MODIFIERS for word in words[:-1]):
+        return None
+    return match.group("value")
+
+
 def _diet_word(text: str, match: re.Match[str]) -> str | None:
     # The trigger only matches the three diet words, in any case; store the canonical form
     # so "I'm Vegan" and "I'm vegan" are the same value.
     word = match.group("value")
     return word.lower() if word.lower() in DIET_WORDS else word
+
+
+def _intro_name(text: str, match: re.Match[str]) -> str | None:
+    """"Hi, I'm Daniel Reyes": 1–2 capitalised words that are no state, label or
+    function word ("I'm Tired", "I'm Canadian", "I'm Back"), followed by the end of the
+    clause or a word that may follow a name ("and", "from", "here")."""
+    if _title_cased(text, match.end()):
+        return None
+    words: list[re.Match[str]] = []
+    pos = match.end()
+    while len(words) < MAX_NAME_WORDS:
+        if words:
+            gap = _INLINE_GAP_RE.match(text, pos)
+            if gap is None:
+                break
+            pos = gap.end()
+        word = _LETTER_WORD_RE.match(text, pos)
+        if word is None or not _is_capitalised(word.group()):
+            break
+        token = word.group()
+        folded = token.casefold()
+        if (len(token) > 1 and token.isupper()) or folded in NOT_NAMES:
+            break
+        if words and folded in NAME_BREAK_WORDS:
+            break
+        words.append(word)
+        pos = word.end()
+    if not words:
+        return None
+    first = words[0].group().casefold()
+    if match.group("intro").casefold().startswith("this") and first in THIS_IS_WORDS:
+        return None
+    end = words[-1].end()
+    rest = text[end:]
+    if rest[:1] in ("'", "’"):  # "I'm Daniel's brother"
+        return None
+    follower = re.match(r"[ \t]+([^\W\d_]+(?:['’][^\W\d_]+)?)", rest)
+    if follower and not _is_capitalised(follower.group(1)):
+        if follower.group(1).casefold() not in AFTER_NAME_WORDS:
+            return None
+    return text[words[0].start() : end]
+
+
+def _title_cased(text: str, pos: int) -> bool:
+    """Whether the sentence from ``pos`` capitalises most of its words ("I'm Tired Of This
+    Already"): then capitals say nothing about names."""
+    sentence = re.split(r"[.!?\n]", text[pos:], maxsplit=1)[0]
+    words = [w for w in _LETTER_WORD_RE.findall(sentence)]
+    if len(words) < 3:
+        return False
+    return sum(1 for w in words if _is_capitalised(w)) / len(words) > 0.6
 
 
 # "2–40 chars of words, spaces and <extra>", never ending inside a word.
@@ -161,45 +286,210 @@ def _phrase(extra: str) -> str:
 
 _OCCUPATION_PHRASE = _phrase("&")
 _ALLERGY_PHRASE = _phrase(",")
+# The same, starting with a capital letter as written: what new employer triggers take
+# ("I started at Stripe", never "I started at 9am").
+_EMPLOYER_NAME = r"(?P<value>(?-i:[A-Z0-9])(?:[\w '’\-&]|\.(?=\w)){1,39})(?![\w'’\-&])"
+
+def _employer_value(text: str, match: re.Match[str]) -> str | None:
+    if "job" in match.groupdict() and match.group("job") is not None:
+        if _job_group(text, match) is None:
+            return None
+    return match.group("value")
+
+
 
 _PLACE = _proper_noun(MAX_PLACE_WORDS, region=True)
+_PLACE_CAPITALISED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase=False)
+
+# "I'm a nurse", "I'm a senior software engineer": up to three words, then a job noun.
+_JOB_NOUN = "(?:" + "|".join(sorted(OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
+_JOB = (
+    rf"(?P<job>(?:[^\W\d_][\w'’\-]*[ \t]+){{0,3}}?{_JOB_NOUN})"
+    r"(?![\w'’\-]|\s+of\b)"  # "I'm a teacher's aide", "I'm a judge of character"
+)
+
+# The start of a message or sentence, and what may come before a self-introduction there:
+# "Hi, I'm Daniel", "Hey Claude! I'm Daniel", "Good morning, this is Daniel".
+_GREETING = (
+    r"(?:(?:hi|hello|hey|hiya|howdy|greetings|yo|good\s+(?:morning|afternoon|evening|day)|"
+    r"oh|well|ok|okay|btw|by\s+the\s+way|also|sorry|thanks|thank\s+you)"
+    r"(?:\s+(?:there|all|everyone|everybody|folks|again|guys|(?-i:[A-Z][a-z]+)))?"
+    r"[ \t]*[,!.:;—–-]*[ \t]*)?"
+)
+_SENTENCE_START = r"(?:^|(?<=[.!?\n]))[ \t]*"
+
+# Words that end a job or an employer's name: "I work as a nurse on nights", "I work at
+# Google as an engineer". ("Bank of America": "of" is no filler.)
+_JOB_FILLERS = frozenset({"on", "with", "where", "which", "who", "doing", "mainly", "mostly"})
+_EMPLOYER_FILLERS = _JOB_FILLERS | {"as"}
 
 RULES: tuple[Rule, ...] = (
     Rule(
         "name",
         (
             _compile(
-                r"\bmy\s+(?:(?:full|real|first|given|legal|actual|proper)\s+)?name\s+is\s+"
-                r"(?:(?:now|currently)\s+)?"
+                r"\bmy\s+(?:(?:full|real|first|given|legal|actual|proper)\s+)?"
+                r"name(?:\s+is|['’]s)\s+(?:(?:now|currently)\s+)?"
             ),
         ),
         _proper_noun(MAX_NAME_WORDS, region=False),
     ),
     Rule("name", (_compile(r"\b(?:(?:you\s+can|please|just)\s+)?call\s+me\s+"),), _call_me_word),
     Rule(
+        "name",
+        (
+            _compile(_SENTENCE_START + _GREETING + r"(?P<intro>(?P<subj>i)(?:['’]m|\s+am))\s+"),
+            _compile(r"^[ \t]*" + _GREETING + r"(?P<intro>this\s+is)\s+"),
+        ),
+        _intro_name,
+    ),
+    # The §5.5 location triggers: a lowercase value takes one word ("I live in paris").
+    Rule(
         "location",
         (
-            _compile(r"\bi\s+(?:live|stay)\s+in\s+"),
-            _compile(r"\bi['’]m\s+based\s+in\s+"),
-            _compile(r"\bi\s+(?:moved|relocated)\s+to\s+"),
+            _compile(r"\b(?P<subj>i)\s+(?:live|stay)\s+in\s+"),
+            _compile(r"\b(?P<subj>i)['’]m\s+based\s+in\s+"),
+            _compile(r"\b(?P<subj>i)\s+(?:moved|relocated)\s+to\s+"),
         ),
         _PLACE,
+        NOT_VALUE_STARTS,
+        NOT_PLACES,
     ),
-    Rule("hometown", (_compile(_I_AM + r"from\s+"),), _PLACE),
+    # Their ordinary variants take capitalised places only: "we live in interesting times".
+    Rule(
+        "location",
+        (
+            _compile(rf"\b(?P<subj>i|we)\s+{_ADVERBS}(?:live|stay|reside|settled)\s+in\s+"),
+            _compile(
+                rf"\b(?P<subj>i|we)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:moved|relocated)\s+"
+                r"(?:back\s+|over\s+|out\s+|away\s+)?(?:from\s+[^.;!?\n]{1,50}?\s+)?to\s+"
+            ),
+            _compile(
+                rf"\b(?P<subj>i|we)(?:['’]m|['’]re|\s+am|\s+are)\s+{_ADVERBS}"
+                r"(?:based|living|settled)\s+in\s+"
+            ),
+            _compile(rf"\b(?P<subj>i|we)(?:['’]ve|\s+have)\s+{_ADVERBS}been\s+living\s+in\s+"),
+            _compile(r"\b(?P<subj>my)\s+(?:new\s+)?home\s+is\s+(?:now\s+)?in\s+"),
+        ),
+        _PLACE_CAPITALISED,
+        NOT_VALUE_STARTS,
+        NOT_PLACES,
+    ),
+    Rule("hometown", (_compile(_I_AM + r"from\s+"),), _PLACE, NOT_VALUE_STARTS, NOT_PLACES),
+    Rule(
+        "hometown",
+        (
+            _compile(_I_AM + r"(?:originally|actually|also|really)\s+from\s+"),
+            _compile(
+                r"\b(?P<subj>i)\s+(?:was\s+)?(?:born\s+and\s+raised|grew\s+up|was\s+raised|"
+                r"born)\s+in\s+"
+            ),
+            _compile(r"\b(?P<subj>i)\s+(?:originally\s+)?come\s+from\s+"),
+        ),
+        _PLACE_CAPITALISED,
+        NOT_VALUE_STARTS,
+        NOT_PLACES,
+    ),
     Rule(
         "occupation",
         (
-            _compile(r"\bi\s+work\s+as\s+an?\s+" + _OCCUPATION_PHRASE),
+            _compile(rf"\b(?P<subj>i)\s+{_ADVERBS}work\s+as\s+an?\s+" + _OCCUPATION_PHRASE),
+            _compile(
+                rf"\b(?P<subj>i)(?:['’]m|\s+am|['’]ve\s+been|\s+have\s+been)\s+{_ADVERBS}"
+                r"working\s+as\s+an?\s+" + _OCCUPATION_PHRASE
+            ),
             # The second form takes one word: "I'm a nurse by trade".
             _compile(_I_AM + r"an?\s+(?P<value>\w[\w'’\-]*)\s+by\s+(?:profession|trade)\b"),
         ),
         _value_group,
+        NOT_VALUE_STARTS,
+        fillers=_JOB_FILLERS,
     ),
-    Rule("employer", (_compile(r"\bi\s+work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE),), _value_group),
-    Rule("allergies", (_compile(_I_AM + r"allergic\s+to\s+" + _ALLERGY_PHRASE),), _value_group),
+    Rule(
+        "occupation",
+        (_compile(_I_AM + rf"(?:(?:now|currently|also|actually)\s+)?an?\s+(?P<value>{_JOB})"),),
+        _job_group,
+    ),
+    Rule(
+        "employer",
+        (_compile(rf"\b(?P<subj>i)\s+{_ADVERBS}work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE),),
+        _value_group,
+        NOT_EMPLOYERS,
+        fillers=_EMPLOYER_FILLERS,
+    ),
+    Rule(
+        "employer",
+        (
+            _compile(
+                rf"\b(?P<subj>i)(?:['’]m|\s+am|['’]ve\s+been|\s+have\s+been)\s+{_ADVERBS}"
+                r"(?:working|employed)\s+(?:at|for|by)\s+" + _EMPLOYER_NAME
+            ),
+            _compile(
+                rf"\b(?P<subj>i)\s+{_ADVERBS}(?:got|landed|took|accepted|started)\s+"
+                r"(?:a|an|the|my)\s+(?:new\s+)?(?:full-time\s+|part-time\s+)?"
+                r"(?:job|position|role)\s+(?:at|with)\s+" + _EMPLOYER_NAME
+            ),
+            _compile(
+                rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:started|began)\s+"
+                r"(?:working\s+)?at\s+" + _EMPLOYER_NAME
+            ),
+            _compile(
+                rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}joined\s+"
+                r"(?P<value>(?-i:[A-Z])[\w'’\-&. ]{0,38}?)\s+as\s+(?:an?|the|their|its)\s+"
+            ),
+            _compile(
+                r"\b(?P<subj>i)\s+(?:left|quit)\s+[^.;!?\n]{1,60}?\s+(?:and|to)\s+"
+                r"(?:(?:then|just|recently|have|i|i['’]ve)\s+)?join(?:ed)?\s+" + _EMPLOYER_NAME
+            ),
+            _compile(
+                _I_AM + rf"(?:now\s+|currently\s+)?an?\s+{_JOB}\s+(?:at|for|with)\s+"
+                + _EMPLOYER_NAME
+            ),
+        ),
+        _employer_value,
+        NOT_EMPLOYERS,
+        fillers=_EMPLOYER_FILLERS,
+    ),
+    Rule(
+        "allergies",
+        (
+            _compile(
+                _I_AM + r"(?:(?:also|very|severely|mildly|deathly|really|highly|extremely|"
+                r"super|slightly|seriously|quite|actually|now|still)\s+)?allergic\s+to\s+"
+                + _ALLERGY_PHRASE
+            ),
+            _compile(
+                r"\b(?P<subj>i)\s+(?:have|['’]ve\s+got|got)\s+an?\s+"
+                r"(?:(?:severe|mild|bad|serious|life-threatening|slight)\s+)?"
+                r"(?P<value>(?!(?:severe|mild|bad|serious|slight)\b)[^\W\d_][\w\-]{1,30})"
+                r"\s+allergy\b"
+            ),
+            _compile(
+                r"\b(?P<subj>i)\s+(?:have|['’]ve\s+got|got)\s+(?:an?\s+)?"
+                r"(?:(?:severe|mild|bad|serious|life-threatening|slight)\s+)?"
+                r"allerg(?:y|ies)\s+to\s+" + _ALLERGY_PHRASE
+            ),
+        ),
+        _value_group,
+        NOT_VALUE_STARTS,
+    ),
     Rule(
         "diet",
-        (_compile(_I_AM + r"(?P<value>" + "|".join(DIET_WORDS) + r")\b"),),
+        (
+            _compile(
+                _I_AM + r"(?:(?:now|also|actually|still|strictly|fully|completely|officially|"
+                r"totally|finally)\s+)?(?:an?\s+)?(?P<value>" + _DIET + r")(?![\w\-])"
+            ),
+            _compile(_I_HAVE + rf"{_ADVERBS}been\s+(?:an?\s+)?(?P<value>{_DIET})(?![\w\-])"),
+            _compile(
+                rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:went|gone|became|become|"
+                rf"turned)\s+(?:an?\s+)?(?P<value>{_DIET})(?![\w\-])"
+            ),
+            _compile(
+                rf"\b(?P<subj>i)(?:\s+{_ADVERBS}(?:follow|eat|keep)|['’]m\s+on|\s+am\s+on)\s+"
+                rf"an?\s+(?:strict\s+|fully\s+)?(?P<value>{_DIET})\s+diet\b"
+            ),
+        ),
         _diet_word,
     ),
 )
@@ -207,16 +497,142 @@ RULES: tuple[Rule, ...] = (
 # "my favorite ice cream is X": the subject is 1–3 words (never "is"); the lazy repeat picks
 # the first "is", so "my favorite song is Is This Love" keys on "song". The value runs to the
 # end of the clause: a comma, ; : ! ? ( ) — –, a newline, or a period followed by a space or
-# the end (so "3.5" and "Node.js" stay whole).
+# the end (so "3.5" and "Node.js" stay whole). Time words ("these days", "right now") are
+# taken out of the subject afterwards, so the subject may hold up to three more words here.
 _SUBJECT_WORD = r"(?!is\b)[^\W_]+(?:['’-][^\W_]+)*"  # "sci-fi", "e-mail", "mom's"
 _CLAUSE = r"(?:[^,;:!?()\n\r—–.]|\.(?=\S))*"
-FAVORITE_RE = _compile(
-    r"\bmy\s+(?:favou?rite|preferred)\s+"
-    rf"(?P<subject>{_SUBJECT_WORD}(?:[ \t]+{_SUBJECT_WORD}){{0,{MAX_FAVORITE_SUBJECT_WORDS - 1}}}?)"
-    # "is now forest green": a leading "now"/"currently" says when, not what (the filler
-    # cut only removes fillers after the first value word).
-    rf"\s+is\s+(?:(?:now|currently)\s+)?(?P<value>{_CLAUSE})"
+_FAVORITE_QUALIFIER = r"(?:(?:current|new|latest|all-time|all\s+time|absolute|personal|own)\s+)?"
+_TIME_PHRASE = "|".join(p.replace(" ", r"\s+") for p in FAVORITE_TIME_PHRASES)
+_TIME_PHRASE_RE = _compile(rf"(?<!\S)(?:{_TIME_PHRASE})(?!\S)")
+_FAVORITE_HEAD = (
+    rf"\b(?P<subj>my)\s+{_FAVORITE_QUALIFIER}(?:favou?rite|preferred)\s+"
+    rf"(?P<subject>{_SUBJECT_WORD}(?:[ \t]+{_SUBJECT_WORD}){{0,{MAX_FAVORITE_SUBJECT_WORDS + 2}}}?)"
 )
+FAVORITE_RE = _compile(
+    _FAVORITE_HEAD
+    # "is now forest green": a leading time word says when, not what (the filler cut only
+    # removes fillers after the first value word).
+    + rf"\s+is\s+(?:(?:now|currently|lately|nowadays|these\s+days|right\s+now|"
+    rf"at\s+the\s+moment)\s+)?(?!no\s+longer\b)(?P<value>{_CLAUSE})"
+)
+
+
+def favorite_key(subject: str) -> str | None:
+    """``favorite_<subject>`` with time words taken out ("band these days" → favorite_band);
+    None when no subject or more than three words remain."""
+    words = _TIME_PHRASE_RE.sub(" ", subject).split()
+    if not 1 <= len(words) <= MAX_FAVORITE_SUBJECT_WORDS:
+        return None
+    key = normalize_key(f"{FAVORITE_KEY_PREFIX} {' '.join(words)}")
+    return key if key != FAVORITE_KEY_PREFIX else None
+
+
+# -- when a trigger states a fact ------------------------------------------------------------
+
+# A sentence ends at ! ? or a newline, or a period followed by a space or the end.
+_SENTENCE_BREAK_RE = re.compile(r"[!?\n]|\.(?=\s|$)")
+_CLAUSE_BREAK_RE = re.compile(r"[,;:—–()]")
+# Conjunctions end the reach of a negation: "I'm not sure, but I live in Denver".
+_NEGATION_BREAK_RE = re.compile(r"[,;:—–()]|\b(?:but|and|so|because|though|although|cause)\b")
+_TOKEN_RE = re.compile(r"[a-z]+(?:['’][a-z]+)?")
+_OPEN_SINGLE_QUOTE_RE = re.compile(r"(?:^|(?<=[\s:(\[]))['‘](?=\w)")
+_CLOSE_SINGLE_QUOTE_RE = re.compile(r"(?<=[\w.!?,])['’](?=[\s.,;:!?)\]]|$)")
+
+# fmt: off
+# In the same clause before the subject, these make the statement not (yet) true.
+_HYPOTHETICAL_WORDS = frozenset({
+    "if", "whether", "unless", "suppose", "supposing", "imagine", "imagining", "pretend",
+    "pretending", "assume", "assuming", "hypothetically", "wish", "hope", "hoping", "dream",
+    "dreamed", "dreamt", "maybe", "perhaps", "should", "would", "could", "might", "lets",
+    "let's",
+})
+# Anywhere earlier in the sentence: a story, a game, a role.
+_FICTION_WORDS = frozenset({
+    "story", "game", "novel", "roleplay", "role-play", "fiction", "scenario", "character",
+    "hypothetical", "dream", "pretend", "imagine",
+})
+_NEGATIONS = frozenset({
+    "not", "never", "don't", "dont", "doesn't", "doesnt", "didn't", "didnt", "isn't",
+    "wasn't", "aren't", "nor", "hardly", "don’t", "doesn’t", "didn’t", "isn’t", "wasn’t",
+})
+# A reporting verb not said by the user: "she said I'm from Ohio", "they think I'm vegan".
+_REPORTING_VERBS = frozenset({
+    "said", "says", "say", "told", "tells", "tell", "asked", "asks", "wrote", "writes",
+    "thinks", "think", "thought", "believes", "believe", "claims", "claimed", "claim",
+    "insists", "insisted", "replied", "replies", "answered", "texted", "tweeted", "posted",
+    "goes", "assumes", "assumed", "guessed", "guesses", "joked", "jokes", "quote", "quoted",
+})
+_FIRST_PERSON = frozenset({"i", "we", "me", "i'll", "i'd", "i've", "i'm", "i’ll", "i’d",
+                           "i’ve", "i’m", "we've", "we’ve"})
+# A sentence that starts with one of these and ends with "?" asks rather than states.
+_QUESTION_STARTS = frozenset({
+    "do", "does", "did", "is", "are", "am", "was", "were", "can", "could", "should",
+    "would", "will", "shall", "may", "might", "must", "have", "has", "had", "what", "where",
+    "when", "why", "how", "who", "which", "whose", "isn't", "aren't", "don't", "doesn't",
+    "didn't", "won't", "wouldn't", "shouldn't", "can't", "couldn't", "haven't", "hasn't",
+    "right", "really",
+})
+# Right before the subject, these make a question: "do I live in Denver".
+_AUXILIARIES = _QUESTION_STARTS - {"what", "where", "when", "why", "how", "who", "which",
+                                   "whose", "right", "really"}
+# "Did I tell you I moved to Denver?": a question about telling still states the fact.
+_TELLING_WORDS = frozenset({
+    "tell", "told", "mention", "mentioned", "know", "knew", "remember", "recall", "forget",
+    "forgot", "say", "said",
+})
+# fmt: on
+
+
+def _asserted(text: str, pos: int) -> bool:
+    """Whether the subject at ``pos`` states something of the user, as true now.
+
+    False inside quotes, after another speaker's reporting verb, in a hypothetical or
+    fiction, under a negation in the same clause, and in a question.
+    """
+    breaks = [m.end() for m in _SENTENCE_BREAK_RE.finditer(text, 0, pos)]
+    sentence_start = breaks[-1] if breaks else 0
+    prefix = text[sentence_start:pos]
+    if _inside_quote(prefix):
+        return False
+    tokens = _TOKEN_RE.findall(prefix.lower())
+    if _FICTION_WORDS.intersection(tokens):
+        return False
+    for index, token in enumerate(tokens):
+        if token in _REPORTING_VERBS and not _FIRST_PERSON.intersection(
+            tokens[max(0, index - 2) : index]
+        ):
+            return False
+    clause = _CLAUSE_BREAK_RE.split(prefix)[-1]
+    if _HYPOTHETICAL_WORDS.intersection(_TOKEN_RE.findall(clause.lower())):
+        return False
+    near = _NEGATION_BREAK_RE.split(prefix)[-1]
+    if _NEGATIONS.intersection(_TOKEN_RE.findall(near.lower())):
+        return False
+    if tokens and tokens[-1] in _AUXILIARIES:
+        return False
+    end = _SENTENCE_BREAK_RE.search(text, pos)
+    if end is not None and end.group() == "?" and tokens and tokens[0] in _QUESTION_STARTS:
+        return bool(_TELLING_WORDS.intersection(tokens))
+    return True
+
+
+def _inside_quote(prefix: str) -> bool:
+    if prefix.count('"') % 2:
+        return True
+    if prefix.rfind("“") > prefix.rfind("”"):
+        return True
+    opening = [m.start() for m in _OPEN_SINGLE_QUOTE_RE.finditer(prefix)]
+    if opening:
+        closed = any(m.start() > opening[-1] for m in _CLOSE_SINGLE_QUOTE_RE.finditer(prefix))
+        return not closed
+    return False
+
+
+def _subject_start(match: re.Match[str]) -> int:
+    return match.start("subj") if match.re.groupindex.get("subj") else match.start()
+
+
+# -- cleaning ---------------------------------------------------------------------------------
 
 
 def clean_value(raw: str) -> str | None:
@@ -250,13 +666,35 @@ def _strip(value: str) -> str:
     return value.strip().rstrip(TRAILING_PUNCTUATION).strip()
 
 
+def _clean_for(rule: Rule, raw: str) -> str | None:
+    value = clean_value(raw)
+    if value is None:
+        return None
+    for index, word in enumerate(_CLEAN_WORD_RE.finditer(value)):
+        if index > 0 and word.group() in rule.fillers:
+            value = _strip(value[: word.start()])
+            break
+    first = _CLEAN_WORD_RE.search(value)
+    if first is not None and first.group().casefold() in rule.not_first:
+        return None
+    if value.casefold() in rule.not_values:
+        return None
+    return value
+
+
+# -- capture ----------------------------------------------------------------------------------
+
+
 def _first_capture(rule: Rule, text: str) -> tuple[int, str] | None:
-    """The earliest trigger in ``text`` whose value fits the rule's shape, as (start, value)."""
+    """The earliest stated trigger in ``text`` whose value fits the rule's shape, as
+    (start, value)."""
     best: tuple[int, str] | None = None
     for pattern in rule.patterns:
         for match in pattern.finditer(text):
             if best is not None and match.start() >= best[0]:
                 break
+            if not _asserted(text, _subject_start(match)):
+                continue
             raw = rule.shape(text, match)
             if raw is not None:
                 best = (match.start(), raw)
@@ -276,11 +714,13 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
         if found is None:
             continue
         start, raw = found
-        value = clean_value(raw)
+        value = _clean_for(rule, raw)
         if value is not None:
             captures.append((start, rule.key, value))
     for match in FAVORITE_RE.finditer(text):
-        key = normalize_key(f"{FAVORITE_KEY_PREFIX} {match.group('subject')}")
+        key = favorite_key(match.group("subject"))
+        if key is None or not _asserted(text, match.start()):
+            continue
         value = clean_value(match.group("value"))
         if value is not None:
             captures.append((match.start(), key, value))
@@ -293,3 +733,260 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
             seen.add(key)
             result.append((key, value))
     return result
+
+
+# -- endings ----------------------------------------------------------------------------------
+
+_ANYMORE_RE = _compile(r"\b(?:anymore|any\s+more|any\s+longer|these\s+days)\b")
+_ANYMORE_TAIL_RE = _compile(r"\s+(?:anymore|any\s+more|any\s+longer)\b.*$")
+# What may follow "I left <X>" when it ends a job or a home, not a trip: the end of the
+# clause, "for good", "behind", "after ...", "to join ...", "... years ago", "in 2019",
+# "and moved/joined ...". "I left Portland this morning" or "... at 5pm" ends nothing.
+_MONTH = (
+    r"(?:january|february|march|april|may|june|july|august|september|october|november|"
+    r"december|spring|summer|fall|autumn|winter)"
+)
+_LEFT_TAIL_RE = _compile(
+    r"\s*(?:$|[.,;!?)\n]|(?:for\s+good|behind|after|in\s+(?:\d{4}|" + _MONTH + r")|"
+    r"last\s+(?:year|month|" + _MONTH + r")|"
+    r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+|several|a\s+few|many)"
+    r"\s+(?:years?|months?|weeks?)\s+ago|years\s+ago|months\s+ago|"
+    r"to\s+(?:join|work|start|move|live|take|pursue|found|launch|focus|freelance)|"
+    r"and\s+(?:i\s+|i['’]ve\s+|have\s+|then\s+)?(?:moved|joined|started|relocated|now|"
+    r"never|am\s+now|i['’]m\s+now|took\s+a))\b)"
+)
+_NO_LONGER = r"no\s+longer\s+"
+_STOPPED_BEING = r"(?:(?:have|['’]ve)\s+)?(?:stopped|quit|gave\s+up|given\s+up)\s+being\s+"
+_I_OR_WE = r"\b(?P<subj>i|we)"
+_BE_OR_ARE = r"(?:['’]m|['’]re|\s+am|\s+are)\s+"
+_DONT = r"\s+(?:don['’]?t|do\s+not)\s+"
+
+
+@dataclass(frozen=True)
+class _EndingRule:
+    keys: tuple[str, ...]
+    pattern: re.Pattern[str]
+    shape: Shape | None  # None: the pattern's "value" group, or no value at all
+    needs_anymore: bool = False
+    tail: re.Pattern[str] | None = None
+
+
+def _ending(
+    keys: str | tuple[str, ...],
+    pattern: str,
+    shape: Shape | None = None,
+    *,
+    anymore: bool = False,
+    tail: re.Pattern[str] | None = None,
+) -> _EndingRule:
+    keys = (keys,) if isinstance(keys, str) else keys
+    return _EndingRule(keys, _compile(pattern), shape, anymore, tail)
+
+
+_PHRASE_SHAPE: Shape = _value_group
+
+ENDING_RULES: tuple[_EndingRule, ...] = (
+    # diet
+    _ending("diet", _I_AM + _NO_LONGER + rf"(?:an?\s+)?(?P<value>{_DIET})\b"),
+    _ending("diet", _I_AM + rf"not\s+(?:an?\s+)?(?P<value>{_DIET})\b", anymore=True),
+    _ending("diet", rf"\b(?P<subj>i)\s+{_STOPPED_BEING}(?:an?\s+)?(?P<value>{_DIET})\b"),
+    _ending("diet", rf"\b(?P<subj>i)\s+used\s+to\s+be\s+(?:an?\s+)?(?P<value>{_DIET})\b"),
+    _ending(
+        "diet",
+        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:started|began|begun)\s+eating\s+"
+        r"(?:meat|chicken|beef|pork)\b",
+    ),
+    _ending("diet", r"\b(?P<subj>i)\s+(?:now\s+)?eat\s+meat\s+(?:again|now)\b"),
+    # location
+    _ending(
+        "location",
+        _I_OR_WE + r"\s+(?:no\s+longer|used\s+to)\s+(?:live|stay|reside)\s+in\s+",
+        _PLACE,
+    ),
+    _ending("location", _I_OR_WE + _DONT + r"(?:live|stay|reside)\s+in\s+", _PLACE, anymore=True),
+    _ending("location", _I_OR_WE + _BE_OR_ARE + _NO_LONGER + r"(?:living|based)\s+in\s+", _PLACE),
+    _ending(
+        "location", _I_OR_WE + _BE_OR_ARE + r"not\s+(?:living|based)\s+in\s+", _PLACE, anymore=True
+    ),
+    _ending(
+        "location",
+        _I_OR_WE + rf"(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:moved|relocated)\s+"
+        r"(?:away\s+from|out\s+of|from)\s+",
+        _PLACE,
+    ),
+    # "I left Portland" / "I left Google": whichever the live fact names.
+    _ending(
+        ("employer", "location"),
+        rf"\b(?P<subj>i|we)\s+{_ADVERBS}(?:left|quit)\s+",
+        _proper_noun(MAX_PLACE_WORDS, region=False, lowercase=False),
+        tail=_LEFT_TAIL_RE,
+    ),
+    # employer
+    _ending(
+        "employer", rf"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+(?:at|for)\s+"
+        + _OCCUPATION_PHRASE
+    ),
+    _ending(
+        "employer", rf"\b(?P<subj>i){_DONT}work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE, anymore=True
+    ),
+    _ending(
+        "employer",
+        _I_AM + _NO_LONGER + r"(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
+        + _OCCUPATION_PHRASE,
+    ),
+    _ending(
+        "employer",
+        _I_AM + r"not\s+(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
+        + _OCCUPATION_PHRASE,
+        anymore=True,
+    ),
+    _ending(
+        "employer",
+        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:quit|left)\s+my\s+"
+        r"(?:job|position|role|post)\s+(?:at|with)\s+" + _OCCUPATION_PHRASE,
+    ),
+    _ending(
+        "employer",
+        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:resigned|retired)\s+from\s+"
+        + _OCCUPATION_PHRASE,
+    ),
+    _ending(
+        "employer",
+        r"\b(?P<subj>i)\s+(?:was|got|have\s+been|['’]ve\s+been)\s+(?:laid\s+off|fired|let\s+go|"
+        r"made\s+redundant)\s+(?:from|by|at)\s+" + _OCCUPATION_PHRASE,
+    ),
+    # occupation
+    _ending("occupation", _I_AM + _NO_LONGER + r"an?\s+" + _OCCUPATION_PHRASE),
+    _ending("occupation", _I_AM + r"not\s+an?\s+" + _OCCUPATION_PHRASE, anymore=True),
+    _ending(
+        "occupation",
+        rf"\b(?P<subj>i)\s+(?:{_STOPPED_BEING}|used\s+to\s+be\s+)an?\s+" + _OCCUPATION_PHRASE,
+    ),
+    _ending(
+        "occupation",
+        rf"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+as\s+an?\s+" + _OCCUPATION_PHRASE,
+    ),
+    _ending(
+        "occupation", rf"\b(?P<subj>i){_DONT}work\s+as\s+an?\s+" + _OCCUPATION_PHRASE, anymore=True
+    ),
+    # allergies
+    _ending("allergies", _I_AM + _NO_LONGER + r"allergic\s+to\s+" + _ALLERGY_PHRASE),
+    _ending("allergies", _I_AM + r"not\s+allergic\s+to\s+" + _ALLERGY_PHRASE, anymore=True),
+    _ending(
+        "allergies", rf"\b(?P<subj>i)\s+used\s+to\s+be\s+allergic\s+to\s+" + _ALLERGY_PHRASE
+    ),
+    _ending(
+        "allergies",
+        r"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+(?:outgrew|outgrown)\s+my\s+"
+        r"(?P<value>[^\W\d_][\w\-]{1,30})\s+allerg(?:y|ies)\b",
+    ),
+)
+
+# "my favorite band is no longer Muse", "my favorite band used to be Muse".
+FAVORITE_ENDING_RE = _compile(
+    _FAVORITE_HEAD + rf"\s+(?:is\s+no\s+longer|used\s+to\s+be)\s+(?P<value>{_CLAUSE})"
+)
+
+
+def find_endings(text: str) -> list[Ending]:
+    """Every stated ending in ``text``, in text order (see ``Ending``)."""
+    found: list[Ending] = []
+    for rule in ENDING_RULES:
+        for match in rule.pattern.finditer(text):
+            if not _asserted(text, _subject_start(match)):
+                continue
+            clause_end = re.search(r"[.;!?\n]|$", text[match.end() :])
+            rest = text[match.end() : match.end() + (clause_end.start() if clause_end else 0)]
+            if rule.needs_anymore and not _ANYMORE_RE.search(rest):
+                continue
+            value = _ending_value(rule, text, match)
+            if value is _NO_MATCH:
+                continue
+            found.append(Ending(rule.keys, value, match.start()))
+    for match in FAVORITE_ENDING_RE.finditer(text):
+        key = favorite_key(match.group("subject"))
+        if key is None or not _asserted(text, match.start()):
+            continue
+        value = clean_value(_ANYMORE_TAIL_RE.sub("", match.group("value")))
+        if value is not None:
+            found.append(Ending((key,), value, match.start()))
+    found.sort(key=lambda ending: ending.start)
+    return found
+
+
+_NO_MATCH = "\0"  # an ending rule matched a trigger but no value: not an ending
+
+
+def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> str | None:
+    if rule.shape is not None:
+        raw = rule.shape(text, match)
+        if raw is None:
+            return _NO_MATCH
+        end = match.end() + len(raw)
+        if rule.tail is not None and not rule.tail.match(text, end):
+            return _NO_MATCH
+    elif "value" in match.re.groupindex:
+        raw = match.group("value")
+    else:
+        return None
+    value = clean_value(_ANYMORE_TAIL_RE.sub("", raw))
+    return _NO_MATCH if value is None else value
+
+
+def _fold(value: str) -> str:
+    folded = " ".join(value.casefold().replace("’", "'").split())
+    folded = folded.strip(TRAILING_PUNCTUATION + " ")
+    return folded[4:] if folded.startswith("the ") else folded
+
+
+def ends(key: str, stated: str | None, live: str) -> bool:
+    """Whether an ending of ``key`` naming ``stated`` ends the live value ``live``.
+
+    Compared folded (case, spacing, a leading "the"). A proper noun may be named in part
+    ("Austin" ends "Austin, Texas"); a diet ends when its word is the live one's; an ending
+    that names nothing ends any diet.
+    """
+    live_folded = _fold(live)
+    if key == "diet":
+        words = set(re.findall(r"\w+", live_folded))
+        if stated is None:
+            return bool(words.intersection(DIET_WORDS))
+        return _fold(stated) in words
+    if stated is None:
+        return False
+    said = _fold(stated)
+    if not said:
+        return False
+    if said == live_folded:
+        return True
+    if key not in _PARTIAL_MATCH_KEYS:
+        return False
+    short, long = sorted((said, live_folded), key=len)
+    return long.startswith(short) and long[len(short)] in " ,("
+
+
+def retired_keys(
+    endings: Iterable[Ending], captured: Iterable[str], live: Mapping[str, str]
+) -> list[str]:
+    """The keys whose live value (``live``) the ``endings`` end, in text order.
+
+    A key captured in the same message is left to that capture ("I moved from Chicago to
+    Portland" stores Portland as a new version), so it is never retired here.
+    """
+    skip = set(captured)
+    result: list[str] = []
+    for ending in endings:
+        for key in ending.keys:
+            if key in skip or key in result or key not in live:
+                continue
+            if ends(key, ending.value, live[key]):
+                result.append(key)
+    return result
+
+
+def ending_keys(endings: Iterable[Ending]) -> list[str]:
+    """Every key the ``endings`` may end: the live values the caller must read."""
+    keys: list[str] = []
+    for ending in endings:
+        keys.extend(key for key in ending.keys if key not in keys)
+    return keys
