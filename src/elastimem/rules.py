@@ -231,8 +231,6 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
     """"Hi, I'm Daniel Reyes": 1–2 capitalised words that are no state, label or
     function word ("I'm Tired", "I'm Canadian", "I'm Back"), followed by the end of the
     clause or a word that may follow a name ("and", "from", "here")."""
-    if _title_cased(text, match.end()):
-        return None
     words: list[re.Match[str]] = []
     pos = match.end()
     while len(words) < MAX_NAME_WORDS:
@@ -252,7 +250,7 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
             break
         words.append(word)
         pos = word.end()
-    if not words:
+    if not words or _title_cased(text, words[0].end()):
         return None
     first = words[0].group().casefold()
     if match.group("intro").casefold().startswith("this") and first in THIS_IS_WORDS:
@@ -269,10 +267,10 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
 
 
 def _title_cased(text: str, pos: int) -> bool:
-    """Whether the sentence from ``pos`` capitalises most of its words ("I'm Tired Of This
-    Already"): then capitals say nothing about names."""
+    """Whether the rest of the sentence from ``pos`` capitalises most of its words ("I'm
+    Stoked About The Trip"): then capitals say nothing about names."""
     sentence = re.split(r"[.!?\n]", text[pos:], maxsplit=1)[0]
-    words = [w for w in _LETTER_WORD_RE.findall(sentence)]
+    words = _LETTER_WORD_RE.findall(sentence)
     if len(words) < 3:
         return False
     return sum(1 for w in words if _is_capitalised(w)) / len(words) > 0.6
@@ -962,6 +960,20 @@ def ends(key: str, stated: str | None, live: str) -> bool:
     if key not in _PARTIAL_MATCH_KEYS:
         return False
     short, long = sorted((said, live_folded), key=len)
+    return _leading_part(short, long)
+
+
+def names_part_of(key: str, value: str, live: str) -> bool:
+    """Whether a captured ``value`` names the live value ``live`` in part, as a shorter
+    mention of the same proper noun ("Daniel" of "Daniel Reyes", "Austin" of "Austin,
+    Texas"): then the capture re-affirms ``live`` rather than replacing it."""
+    if key not in _PARTIAL_MATCH_KEYS:
+        return False
+    said, held = _fold(value), _fold(live)
+    return bool(said) and len(said) < len(held) and _leading_part(said, held)
+
+
+def _leading_part(short: str, long: str) -> bool:
     return long.startswith(short) and long[len(short)] in " ,("
 
 
