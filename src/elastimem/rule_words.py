@@ -146,7 +146,8 @@ NOT_PLACES = CALENDAR_WORDS | _words(
     harmony style misery squalor limbo fantasy doubt terror dread pain shame debt
     isolation hiding exile bliss silence darkness chaos hell heaven paradise reality
     interesting strange uncertain dark hard tough difficult crazy weird modern exciting
-    challenging unprecedented anticipation hopes suspense panic agony denial
+    challenging unprecedented anticipation hopes suspense panic agony town city country
+    suburbs countryside downtown uptown campus school college university work office
     """
 )
 
@@ -157,6 +158,15 @@ NOT_EMPLOYERS = _words(
     my your our his her their this that these those some any night nights weekends
     weekend noon dawn midnight free fun money cash tips minimum least most scale speed
     pace times full part it everything nothing anything something
+    """
+)
+
+# Things people say they are "allergic to" in jest ("I'm allergic to Mondays").
+NOT_ALLERGENS = CALENDAR_WORDS | _words(
+    """
+    mondays tuesdays wednesdays thursdays fridays mornings work working people you
+    everything nothing exercise homework responsibility effort commitment math maths
+    cleaning meetings email emails small talk adulting chores running gyms deadlines
     """
 )
 

@@ -28,11 +28,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from .rule_words import (
     AFTER_NAME_WORDS,
     FAVORITE_TIME_PHRASES,
     NAME_BREAK_WORDS,
+    NOT_ALLERGENS,
     NOT_EMPLOYERS,
     NOT_NAMES,
     NOT_OCCUPATION_MODIFIERS,
@@ -166,15 +168,24 @@ def _capitalised_run(text: str, pos: int, limit: int) -> int:
         gap = _INLINE_GAP_RE.match(text, end) if end > pos else None
         start = gap.end() if gap else end
         word = _LETTER_WORD_RE.match(text, start)
-        if word is None or not _is_capitalised(word.group()):
+        if word is None or not _is_capitalised(word.group()) or _is_pronoun_i(word.group()):
             break
         end = word.end()
     return end
 
 
-def _proper_noun(max_words: int, *, region: bool, lowercase: bool = True) -> Shape:
-    """1–``max_words`` capitalised words (plus ", Region" if ``region``); a lowercase match
-    takes one word when ``lowercase``, else is no match."""
+def _is_pronoun_i(word: str) -> bool:
+    """ "I", "I'm", "I've"...: the start of a new clause, never part of a name or place
+    ("Before I moved to Dublin I lived in Cork")."""
+    return word == "I" or (word[:1] == "I" and word[1:2] in ("'", "’"))
+
+
+def _proper_noun(
+    max_words: int, *, region: bool, lowercase: Literal["always", "styled", "never"] = "always"
+) -> Shape:
+    """1–``max_words`` capitalised words (plus ", Region" if ``region``). A lowercase match
+    takes one word ``"always"``, only in a message written in lowercase ``"styled"``
+    (``_lowercase_styled``), or is no match (``"never"``)."""
 
     def shape(text: str, match: re.Match[str]) -> str | None:
         start = match.end()
@@ -182,7 +193,9 @@ def _proper_noun(max_words: int, *, region: bool, lowercase: bool = True) -> Sha
         if first is None:
             return None
         if not _is_capitalised(first.group()):
-            return first.group() if lowercase else None
+            if lowercase == "always" or (lowercase == "styled" and _lowercase_styled(text)):
+                return first.group()
+            return None
         end = _capitalised_run(text, start, max_words)
         if region:
             comma = _REGION_COMMA_RE.match(text, end)
@@ -195,6 +208,19 @@ def _proper_noun(max_words: int, *, region: bool, lowercase: bool = True) -> Sha
     return shape
 
 
+def _lowercase_styled(text: str) -> bool:
+    """Whether ``text`` capitalises nothing but "I" and the first word of a sentence: its
+    writer does not capitalise names either ("I just moved to nyc")."""
+    for word in _LETTER_WORD_RE.finditer(text):
+        token = word.group()
+        if not _is_capitalised(token) or _is_pronoun_i(token):
+            continue
+        before = text[: word.start()].rstrip()
+        if before and before[-1] not in ".!?\n":
+            return False
+    return True
+
+
 def _call_me_word(text: str, match: re.Match[str]) -> str | None:
     word = _LETTER_WORD_RE.match(text, match.end())
     if word is None or word.group().casefold() in CALL_ME_STOPLIST:
@@ -204,11 +230,6 @@ def _call_me_word(text: str, match: re.Match[str]) -> str | None:
 
 def _value_group(text: str, match: re.Match[str]) -> str | None:
     return match.group("value")
-
-
-def _capitalised_group(text: str, match: re.Match[str]) -> str | None:
-    value = match.group("value")
-    return value if value[:1].isupper() else None
 
 
 def _job_group(text: str, match: re.Match[str]) -> str | None:
@@ -228,7 +249,7 @@ def _diet_word(text: str, match: re.Match[str]) -> str | None:
 
 
 def _intro_name(text: str, match: re.Match[str]) -> str | None:
-    """"Hi, I'm Daniel Reyes": 1–2 capitalised words that are no state, label or
+    """ "Hi, I'm Daniel Reyes": 1–2 capitalised words that are no state, label or
     function word ("I'm Tired", "I'm Canadian", "I'm Back"), followed by the end of the
     clause or a word that may follow a name ("and", "from", "here")."""
     words: list[re.Match[str]] = []
@@ -246,6 +267,8 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
         folded = token.casefold()
         if (len(token) > 1 and token.isupper()) or folded in NOT_NAMES:
             break
+        if NOT_NAMES.intersection(re.split(r"[-'’]", folded)):  # "Mexican-American"
+            break
         if words and folded in NAME_BREAK_WORDS:
             break
         words.append(word)
@@ -260,9 +283,12 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
     if rest[:1] in ("'", "’"):  # "I'm Daniel's brother"
         return None
     follower = re.match(r"[ \t]+([^\W\d_]+(?:['’][^\W\d_]+)?)", rest)
-    if follower and not _is_capitalised(follower.group(1)):
-        if follower.group(1).casefold() not in AFTER_NAME_WORDS:
-            return None
+    if (
+        follower
+        and not _is_capitalised(follower.group(1))
+        and follower.group(1).casefold() not in AFTER_NAME_WORDS
+    ):
+        return None
     return text[words[0].start() : end]
 
 
@@ -270,7 +296,7 @@ def _title_cased(text: str, pos: int) -> bool:
     """Whether the rest of the sentence from ``pos`` capitalises most of its words ("I'm
     Stoked About The Trip"): then capitals say nothing about names."""
     sentence = re.split(r"[.!?\n]", text[pos:], maxsplit=1)[0]
-    words = _LETTER_WORD_RE.findall(sentence)
+    words = [w for w in _LETTER_WORD_RE.findall(sentence) if not _is_pronoun_i(w)]
     if len(words) < 3:
         return False
     return sum(1 for w in words if _is_capitalised(w)) / len(words) > 0.6
@@ -286,24 +312,28 @@ _OCCUPATION_PHRASE = _phrase("&")
 _ALLERGY_PHRASE = _phrase(",")
 # The same, starting with a capital letter as written: what new employer triggers take
 # ("I started at Stripe", never "I started at 9am").
-_EMPLOYER_NAME = r"(?P<value>(?-i:[A-Z0-9])(?:[\w '’\-&]|\.(?=\w)){1,39})(?![\w'’\-&])"
+_EMPLOYER_NAME = (
+    r"(?P<value>(?-i:[A-Z])(?:[\w '’\-&]|\.(?=\w)|(?<=St|Dr|Mt|Ft|Co|Jr|Sr)\.){1,39})"
+    r"(?![\w'’\-&])"
+)
+
 
 def _employer_value(text: str, match: re.Match[str]) -> str | None:
-    if "job" in match.groupdict() and match.group("job") is not None:
-        if _job_group(text, match) is None:
-            return None
+    if match.groupdict().get("job") is not None and _job_group(text, match) is None:
+        return None
     return match.group("value")
 
 
-
 _PLACE = _proper_noun(MAX_PLACE_WORDS, region=True)
-_PLACE_CAPITALISED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase=False)
+_PLACE_CAPITALISED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="never")
+_PLACE_STYLED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="styled")
 
 # "I'm a nurse", "I'm a senior software engineer": up to three words, then a job noun.
 _JOB_NOUN = "(?:" + "|".join(sorted(OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
 _JOB = (
     rf"(?P<job>(?:[^\W\d_][\w'’\-]*[ \t]+){{0,3}}?{_JOB_NOUN})"
-    r"(?![\w'’\-]|\s+of\b)"  # "I'm a teacher's aide", "I'm a judge of character"
+    # "I'm a teacher's aide", "I'm a judge of character", "I'm a doctor, not a magician"
+    r"(?![\w'’\-]|\s+of\b|,?\s+not\s+an?\b)"
 )
 
 # The start of a message or sentence, and what may come before a self-introduction there:
@@ -320,6 +350,15 @@ _SENTENCE_START = r"(?:^|(?<=[.!?\n]))[ \t]*"
 # Google as an engineer". ("Bank of America": "of" is no filler.)
 _JOB_FILLERS = frozenset({"on", "with", "where", "which", "who", "doing", "mainly", "mostly"})
 _EMPLOYER_FILLERS = _JOB_FILLERS | {"as"}
+# "I'm allergic to Mondays, not to you": a joke, and where a list of allergens stops.
+_ALLERGY_FILLERS = frozenset({"not", "which", "who", "when", "if", "whenever", "lol"})
+
+# What may stand between "I" and a second verb joined by "and" ("I left Seattle and moved
+# to Tacoma"): no other subject ("I think my brother packed up and moved") and no negation.
+_NO_OTHER_SUBJECT = (
+    r"(?:(?!\b(?:my|his|her|their|he|she|they|you|it|we|our|not|never|no|n['’]t)\b)"
+    r"[^.;!?\n]){1,60}?"
+)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -368,8 +407,15 @@ RULES: tuple[Rule, ...] = (
             ),
             _compile(rf"\b(?P<subj>i|we)(?:['’]ve|\s+have)\s+{_ADVERBS}been\s+living\s+in\s+"),
             _compile(r"\b(?P<subj>my)\s+(?:new\s+)?home\s+is\s+(?:now\s+)?in\s+"),
+            # Chat style drops the subject: "Just moved to Denver!", "I left Seattle and
+            # moved to Tacoma" (no other subject in between).
+            _compile(_SENTENCE_START + rf"(?P<subj>){_ADVERBS}(?:moved|relocated)\s+to\s+"),
+            _compile(
+                rf"\b(?P<subj>i)\s+{_NO_OTHER_SUBJECT}\s+and\s+{_ADVERBS}(?:moved|relocated)\s+"
+                r"(?:back\s+)?to\s+"
+            ),
         ),
-        _PLACE_CAPITALISED,
+        _PLACE_STYLED,
         NOT_VALUE_STARTS,
         NOT_PLACES,
     ),
@@ -410,7 +456,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "employer",
-        (_compile(rf"\b(?P<subj>i)\s+{_ADVERBS}work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE),),
+        (
+            _compile(
+                rf"\b(?P<subj>i)\s+{_ADVERBS}work\s+"
+                r"(?:(?:part|full)[\s-]time\s+|remotely\s+)?(?:at|for)\s+" + _OCCUPATION_PHRASE
+            ),
+        ),
         _value_group,
         NOT_EMPLOYERS,
         fillers=_EMPLOYER_FILLERS,
@@ -440,7 +491,8 @@ RULES: tuple[Rule, ...] = (
                 r"(?:(?:then|just|recently|have|i|i['’]ve)\s+)?join(?:ed)?\s+" + _EMPLOYER_NAME
             ),
             _compile(
-                _I_AM + rf"(?:now\s+|currently\s+)?an?\s+{_JOB}\s+(?:at|for|with)\s+"
+                _I_AM
+                + rf"(?:now\s+|currently\s+)?an?\s+{_JOB}\s+(?:at|for|with)\s+"
                 + _EMPLOYER_NAME
             ),
         ),
@@ -457,19 +509,26 @@ RULES: tuple[Rule, ...] = (
                 + _ALLERGY_PHRASE
             ),
             _compile(
-                r"\b(?P<subj>i)\s+(?:have|['’]ve\s+got|got)\s+an?\s+"
+                r"\b(?P<subj>i)(?:\s+have|\s+have\s+got|['’]ve\s+got|\s+got)\s+an?\s+"
                 r"(?:(?:severe|mild|bad|serious|life-threatening|slight)\s+)?"
                 r"(?P<value>(?!(?:severe|mild|bad|serious|slight)\b)[^\W\d_][\w\-]{1,30})"
                 r"\s+allergy\b"
             ),
             _compile(
-                r"\b(?P<subj>i)\s+(?:have|['’]ve\s+got|got)\s+(?:an?\s+)?"
+                r"\b(?P<subj>i)(?:\s+have|\s+have\s+got|['’]ve\s+got|\s+got)\s+(?:an?\s+)?"
                 r"(?:(?:severe|mild|bad|serious|life-threatening|slight)\s+)?"
                 r"allerg(?:y|ies)\s+to\s+" + _ALLERGY_PHRASE
+            ),
+            # "I'm vegetarian and allergic to soy"
+            _compile(
+                _I_AM + _NO_OTHER_SUBJECT + r"\s+and\s+(?:also\s+|very\s+|severely\s+)?"
+                r"allergic\s+to\s+" + _ALLERGY_PHRASE
             ),
         ),
         _value_group,
         NOT_VALUE_STARTS,
+        NOT_ALLERGENS,
+        _ALLERGY_FILLERS,
     ),
     Rule(
         "diet",
@@ -479,6 +538,11 @@ RULES: tuple[Rule, ...] = (
                 r"totally|finally)\s+)?(?:an?\s+)?(?P<value>" + _DIET + r")(?![\w\-])"
             ),
             _compile(_I_HAVE + rf"{_ADVERBS}been\s+(?:an?\s+)?(?P<value>{_DIET})(?![\w\-])"),
+            # "I'm Hindu and vegetarian"
+            _compile(
+                _I_AM + _NO_OTHER_SUBJECT + rf"\s+and\s+(?:also\s+)?(?:an?\s+)?"
+                rf"(?P<value>{_DIET})(?![\w\-])"
+            ),
             _compile(
                 rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:went|gone|became|become|"
                 rf"turned)\s+(?:an?\s+)?(?P<value>{_DIET})(?![\w\-])"
@@ -559,6 +623,7 @@ _REPORTING_VERBS = frozenset({
     "thinks", "think", "thought", "believes", "believe", "claims", "claimed", "claim",
     "insists", "insisted", "replied", "replies", "answered", "texted", "tweeted", "posted",
     "goes", "assumes", "assumed", "guessed", "guesses", "joked", "jokes", "quote", "quoted",
+    "saying", "telling", "writing", "thinking", "claiming", "believing", "assuming",
 })
 _FIRST_PERSON = frozenset({"i", "we", "me", "i'll", "i'd", "i've", "i'm", "i’ll", "i’d",
                            "i’ve", "i’m", "we've", "we’ve"})
@@ -590,7 +655,7 @@ def _asserted(text: str, pos: int) -> bool:
     breaks = [m.end() for m in _SENTENCE_BREAK_RE.finditer(text, 0, pos)]
     sentence_start = breaks[-1] if breaks else 0
     prefix = text[sentence_start:pos]
-    if _inside_quote(prefix):
+    if _inside_quote(text, sentence_start, pos):
         return False
     tokens = _TOKEN_RE.findall(prefix.lower())
     if _FICTION_WORDS.intersection(tokens):
@@ -603,31 +668,44 @@ def _asserted(text: str, pos: int) -> bool:
     clause = _CLAUSE_BREAK_RE.split(prefix)[-1]
     if _HYPOTHETICAL_WORDS.intersection(_TOKEN_RE.findall(clause.lower())):
         return False
-    near = _NEGATION_BREAK_RE.split(prefix)[-1]
-    if _NEGATIONS.intersection(_TOKEN_RE.findall(near.lower())):
-        return False
+    near = _TOKEN_RE.findall(_NEGATION_BREAK_RE.split(prefix)[-1].lower())
+    for index, token in enumerate(near):
+        # "Don't forget I'm vegan": the negation is of forgetting.
+        if token in _NEGATIONS and near[index + 1 : index + 2] not in (["forget"], ["you"]):
+            return False
     if tokens and tokens[-1] in _AUXILIARIES:
         return False
     end = _SENTENCE_BREAK_RE.search(text, pos)
-    if end is not None and end.group() == "?" and tokens and tokens[0] in _QUESTION_STARTS:
-        return bool(_TELLING_WORDS.intersection(tokens))
-    return True
+    if end is None or end.group() != "?":
+        return True
+    if _TELLING_WORDS.intersection(tokens):  # "Did I tell you I moved to Denver?"
+        return True
+    if tokens and tokens[0] in _QUESTION_STARTS:
+        return False
+    # "I'm not vegan anymore?" asks back; "I live in Denver, you?" states, then asks.
+    return _CLAUSE_BREAK_RE.search(text, pos, end.start()) is not None
 
 
-def _inside_quote(prefix: str) -> bool:
+def _inside_quote(text: str, start: int, pos: int) -> bool:
+    """Whether ``pos`` lies inside a quotation opened after ``start``."""
+    prefix = text[start:pos]
     if prefix.count('"') % 2:
         return True
     if prefix.rfind("“") > prefix.rfind("”"):
         return True
-    opening = [m.start() for m in _OPEN_SINGLE_QUOTE_RE.finditer(prefix)]
+    # Searched in the whole text: the opening quote's lookahead reads the quoted word.
+    opening = [m.start() for m in _OPEN_SINGLE_QUOTE_RE.finditer(text, start) if m.start() < pos]
     if opening:
-        closed = any(m.start() > opening[-1] for m in _CLOSE_SINGLE_QUOTE_RE.finditer(prefix))
-        return not closed
+        return not any(
+            opening[-1] < m.start() < pos for m in _CLOSE_SINGLE_QUOTE_RE.finditer(text, start)
+        )
     return False
 
 
 def _subject_start(match: re.Match[str]) -> int:
-    return match.start("subj") if match.re.groupindex.get("subj") else match.start()
+    if "subj" in match.re.groupindex and match.start("subj") >= 0:
+        return match.start("subj")
+    return match.start()
 
 
 # -- cleaning ---------------------------------------------------------------------------------
@@ -816,25 +894,28 @@ ENDING_RULES: tuple[_EndingRule, ...] = (
     _ending(
         ("employer", "location"),
         rf"\b(?P<subj>i|we)\s+{_ADVERBS}(?:left|quit)\s+",
-        _proper_noun(MAX_PLACE_WORDS, region=False, lowercase=False),
+        _proper_noun(MAX_PLACE_WORDS, region=False, lowercase="never"),
         tail=_LEFT_TAIL_RE,
     ),
     # employer
     _ending(
-        "employer", rf"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+(?:at|for)\s+"
-        + _OCCUPATION_PHRASE
+        "employer",
+        r"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE,
     ),
     _ending(
         "employer", rf"\b(?P<subj>i){_DONT}work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE, anymore=True
     ),
     _ending(
         "employer",
-        _I_AM + _NO_LONGER + r"(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
+        _I_AM
+        + _NO_LONGER
+        + r"(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
         + _OCCUPATION_PHRASE,
     ),
     _ending(
         "employer",
-        _I_AM + r"not\s+(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
+        _I_AM
+        + r"not\s+(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
         + _OCCUPATION_PHRASE,
         anymore=True,
     ),
@@ -862,7 +943,7 @@ ENDING_RULES: tuple[_EndingRule, ...] = (
     ),
     _ending(
         "occupation",
-        rf"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+as\s+an?\s+" + _OCCUPATION_PHRASE,
+        r"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+as\s+an?\s+" + _OCCUPATION_PHRASE,
     ),
     _ending(
         "occupation", rf"\b(?P<subj>i){_DONT}work\s+as\s+an?\s+" + _OCCUPATION_PHRASE, anymore=True
@@ -870,9 +951,7 @@ ENDING_RULES: tuple[_EndingRule, ...] = (
     # allergies
     _ending("allergies", _I_AM + _NO_LONGER + r"allergic\s+to\s+" + _ALLERGY_PHRASE),
     _ending("allergies", _I_AM + r"not\s+allergic\s+to\s+" + _ALLERGY_PHRASE, anymore=True),
-    _ending(
-        "allergies", rf"\b(?P<subj>i)\s+used\s+to\s+be\s+allergic\s+to\s+" + _ALLERGY_PHRASE
-    ),
+    _ending("allergies", r"\b(?P<subj>i)\s+used\s+to\s+be\s+allergic\s+to\s+" + _ALLERGY_PHRASE),
     _ending(
         "allergies",
         r"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+(?:outgrew|outgrown)\s+my\s+"
@@ -893,9 +972,7 @@ def find_endings(text: str) -> list[Ending]:
         for match in rule.pattern.finditer(text):
             if not _asserted(text, _subject_start(match)):
                 continue
-            clause_end = re.search(r"[.;!?\n]|$", text[match.end() :])
-            rest = text[match.end() : match.end() + (clause_end.start() if clause_end else 0)]
-            if rule.needs_anymore and not _ANYMORE_RE.search(rest):
+            if rule.needs_anymore and not _ANYMORE_RE.search(_clause_from(text, match.start())):
                 continue
             value = _ending_value(rule, text, match)
             if value is _NO_MATCH:
@@ -910,6 +987,11 @@ def find_endings(text: str) -> list[Ending]:
             found.append(Ending((key,), value, match.start()))
     found.sort(key=lambda ending: ending.start)
     return found
+
+
+def _clause_from(text: str, pos: int) -> str:
+    end = re.compile(r"[.;!?\n]").search(text, pos)
+    return text[pos : end.start() if end else len(text)]
 
 
 _NO_MATCH = "\0"  # an ending rule matched a trigger but no value: not an ending
@@ -927,8 +1009,14 @@ def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> str | N
         raw = match.group("value")
     else:
         return None
-    value = clean_value(_ANYMORE_TAIL_RE.sub("", raw))
-    return _NO_MATCH if value is None else value
+    # Not clean_value: the value is only compared with a live one, which may well start
+    # with a word no capture starts with ("I quit my job at the hospital").
+    value = _strip(_ANYMORE_TAIL_RE.sub("", raw))
+    for index, word in enumerate(_CLEAN_WORD_RE.finditer(value)):
+        if index > 0 and word.group() in FILLER_WORDS:
+            value = _strip(value[: word.start()])
+            break
+    return value or _NO_MATCH
 
 
 def _fold(value: str) -> str:
