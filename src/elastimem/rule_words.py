@@ -203,6 +203,34 @@ OCCUPATION_NOUNS = _words(
     """
 )
 
+# Words that may follow a job noun in a compound job title: "nurse practitioner",
+# "teaching assistant", "project manager".
+JOB_TAIL_NOUNS = _words(
+    """
+    practitioner assistant aide lead specialist coordinator officer director supervisor
+    educator apprentice intern trainee representative associate partner manager
+    technician analyst consultant
+    """
+)
+
+# Forms of address: "I'm Dr. Patel", "call me Professor Okoye" name a title, not a name.
+TITLE_WORDS = _words(
+    """
+    dr doctor mr mrs ms miss mx prof professor sir madam madame dame lord lady captain
+    officer father sister brother uncle aunt auntie grandma grandpa granny mom mum mommy
+    dad daddy doc nurse rev reverend pastor rabbi imam judge detective sergeant agent
+    president senator mayor chef coach
+    """
+)
+
+# First names that end like a participle ("Jared", "Sterling"): not "I'm Cooked".
+PARTICIPLE_NAMES = _words(
+    """
+    ahmed mohammed muhammed mohamed mohammad alfred mildred jared winifred manfred
+    siegfried wilfred sterling irving channing manning fleming harding browning golding
+    """
+)
+
 # Words before the head noun that make "I'm a ... <job>" no statement of a job: "I'm a
 # terrible writer", "I'm a former nurse", "I'm a big fan of engineers".
 NOT_OCCUPATION_MODIFIERS = _words(

@@ -40,8 +40,11 @@ from .rule_words import (
     NOT_OCCUPATION_MODIFIERS,
     NOT_PLACES,
     NOT_VALUE_STARTS,
+    JOB_TAIL_NOUNS,
     OCCUPATION_NOUNS,
+    PARTICIPLE_NAMES,
     THIS_IS_WORDS,
+    TITLE_WORDS,
 )
 from .text import normalize_key
 
@@ -225,6 +228,8 @@ def _call_me_word(text: str, match: re.Match[str]) -> str | None:
     word = _LETTER_WORD_RE.match(text, match.end())
     if word is None or word.group().casefold() in CALL_ME_STOPLIST:
         return None
+    if word.group().casefold() in TITLE_WORDS:  # "call me Dr. Patel": a form of address
+        return None
     return word.group()
 
 
@@ -269,6 +274,8 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
             break
         if NOT_NAMES.intersection(re.split(r"[-'’]", folded)):  # "Mexican-American"
             break
+        if folded in TITLE_WORDS or _participle(folded):  # "I'm Dr. Patel", "I'm Cooked"
+            break
         if words and folded in NAME_BREAK_WORDS:
             break
         words.append(word)
@@ -290,6 +297,13 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
     ):
         return None
     return text[words[0].start() : end]
+
+
+def _participle(word: str) -> bool:
+    """"Cooked", "Wrecked", "Stressing": a verb form, unless a known name ends that way."""
+    if word in PARTICIPLE_NAMES:
+        return False
+    return (word.endswith("ed") and len(word) >= 5) or (word.endswith("ing") and len(word) >= 6)
 
 
 def _title_cased(text: str, pos: int) -> bool:
@@ -330,8 +344,11 @@ _PLACE_STYLED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="styled")
 
 # "I'm a nurse", "I'm a senior software engineer": up to three words, then a job noun.
 _JOB_NOUN = "(?:" + "|".join(sorted(OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
+# A job may be a compound: "nurse practitioner", "teaching assistant", "sales manager".
+_JOB_TAIL = "(?:" + "|".join(sorted(JOB_TAIL_NOUNS | OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
 _JOB = (
-    rf"(?P<job>(?:[^\W\d_][\w'’\-]*[ \t]+){{0,3}}?{_JOB_NOUN})"
+    rf"(?P<job>(?:[^\W\d_][\w'’\-]*[ \t]+){{0,3}}?{_JOB_NOUN}"
+    rf"(?:[ \t]+{_JOB_TAIL}(?![\w'’\-]))*)"
     # "I'm a teacher's aide", "I'm a judge of character", "I'm a doctor, not a magician"
     r"(?![\w'’\-]|\s+of\b|,?\s+not\s+an?\b)"
 )
@@ -375,7 +392,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "name",
         (
-            _compile(_SENTENCE_START + _GREETING + r"(?P<intro>(?P<subj>i)(?:['’]m|\s+am))\s+"),
+            _compile(_SENTENCE_START + _GREETING + r"(?P<intro>(?P<subj>i)(?:['’]?m|\s+am))\s+"),
             _compile(r"^[ \t]*" + _GREETING + r"(?P<intro>this\s+is)\s+"),
         ),
         _intro_name,
@@ -743,6 +760,10 @@ def _strip(value: str) -> str:
 
 
 def _clean_for(rule: Rule, raw: str) -> str | None:
+    if rule.key == "employer":
+        # "I work for the NHS": a lowercase "the" before a capitalised name is not part of
+        # it (a lowercase "the" starts no value, §5.5 step 3, so the capture would drop).
+        raw = re.sub(r"^\s*the\s+(?=(?-i:[A-Z]))", "", raw)
     value = clean_value(raw)
     if value is None:
         return None
@@ -761,10 +782,10 @@ def _clean_for(rule: Rule, raw: str) -> str | None:
 # -- capture ----------------------------------------------------------------------------------
 
 
-def _first_capture(rule: Rule, text: str) -> tuple[int, str] | None:
+def _first_capture(rule: Rule, text: str) -> tuple[int, int, str] | None:
     """The earliest stated trigger in ``text`` whose value fits the rule's shape, as
-    (start, value)."""
-    best: tuple[int, str] | None = None
+    (start, end of the trigger, value)."""
+    best: tuple[int, int, str] | None = None
     for pattern in rule.patterns:
         for match in pattern.finditer(text):
             if best is not None and match.start() >= best[0]:
@@ -773,7 +794,7 @@ def _first_capture(rule: Rule, text: str) -> tuple[int, str] | None:
                 continue
             raw = rule.shape(text, match)
             if raw is not None:
-                best = (match.start(), raw)
+                best = (match.start(), match.end(), raw)
                 break
     return best
 
@@ -784,27 +805,29 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
     Each rule uses its first match; ``favorite_<subject>`` captures every match. When two
     captures share a key, the one earlier in the text wins.
     """
-    captures: list[tuple[int, str, str]] = []
+    # (start, end of trigger, key, value): two captures from one subject ("I'm vegetarian
+    # and allergic to soy") come in the order of their values.
+    captures: list[tuple[int, int, str, str]] = []
     for rule in RULES:
         found = _first_capture(rule, text)
         if found is None:
             continue
-        start, raw = found
+        start, end, raw = found
         value = _clean_for(rule, raw)
         if value is not None:
-            captures.append((start, rule.key, value))
+            captures.append((start, end, rule.key, value))
     for match in FAVORITE_RE.finditer(text):
         key = favorite_key(match.group("subject"))
         if key is None or not _asserted(text, match.start()):
             continue
         value = clean_value(match.group("value"))
         if value is not None:
-            captures.append((match.start(), key, value))
+            captures.append((match.start(), match.start("value"), key, value))
 
-    captures.sort(key=lambda capture: capture[0])
+    captures.sort(key=lambda capture: capture[:2])
     seen: set[str] = set()
     result: list[tuple[str, str]] = []
-    for _, key, value in captures:
+    for _, _, key, value in captures:
         if key not in seen:
             seen.add(key)
             result.append((key, value))
@@ -1044,6 +1067,9 @@ def ends(key: str, stated: str | None, live: str) -> bool:
     if not said:
         return False
     if said == live_folded:
+        return True
+    # "I'm no longer allergic to penicillin apparently": the live value, then more words.
+    if said.startswith(live_folded) and said[len(live_folded)] == " ":
         return True
     if key not in _PARTIAL_MATCH_KEYS:
         return False
