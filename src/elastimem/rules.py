@@ -33,6 +33,7 @@ from typing import Literal
 from .rule_words import (
     AFTER_NAME_WORDS,
     FAVORITE_TIME_PHRASES,
+    JOB_TAIL_NOUNS,
     NAME_BREAK_WORDS,
     NOT_ALLERGENS,
     NOT_EMPLOYERS,
@@ -40,7 +41,6 @@ from .rule_words import (
     NOT_OCCUPATION_MODIFIERS,
     NOT_PLACES,
     NOT_VALUE_STARTS,
-    JOB_TAIL_NOUNS,
     OCCUPATION_NOUNS,
     PARTICIPLE_NAMES,
     THIS_IS_WORDS,
@@ -300,7 +300,7 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
 
 
 def _participle(word: str) -> bool:
-    """"Cooked", "Wrecked", "Stressing": a verb form, unless a known name ends that way."""
+    """ "Cooked", "Wrecked", "Stressing": a verb form, unless a known name ends that way."""
     if word in PARTICIPLE_NAMES:
         return False
     return (word.endswith("ed") and len(word) >= 5) or (word.endswith("ing") and len(word) >= 6)
