@@ -1,8 +1,6 @@
 """Rule capture (SPEC §5.5): profile facts read from fixed phrases in the user's own words.
 
-``capture_rules`` runs over one user message and returns ``(key, value)`` pairs in text order;
-``find_endings`` returns the facts the message says have ended ("I'm no longer vegetarian",
-"I don't live in Chicago anymore") and ``retired_keys`` decides which live facts those end.
+``capture_rules`` runs over one user message and returns ``(key, value)`` pairs in text order.
 It costs a few regex scans, so it runs on every turn at every tier, with no LLM.
 
 Each rule is a trigger phrase ("i work at") plus a *value shape* that says how much of the
@@ -11,26 +9,28 @@ the call-me rule at all, so a later "call me Sam" in the same message is that ru
 match. Cleaning (trailing punctuation, filler cut, forbidden first word) then applies to that
 one match; a value dropped by cleaning does not fall back to a later match.
 
-A trigger counts only where the user states it of themselves, now (``_asserted``): not in a
-hypothetical ("if I moved to Paris"), a question ("do I live in Denver?"), a quote or
-someone else's words ("she said 'I'm from Ohio'"), or under a negation ("I don't think I'm
-vegan"). Such a trigger is no match, so a later one in the message is the rule's first match.
+A trigger counts only where the user states it of themselves, now (``context.asserted``):
+not in a hypothetical ("if I moved to Paris"), a question ("do I live in Denver?"), a quote
+or someone else's words ("she said 'I'm from Ohio'"), or under a negation ("I don't think
+I'm vegan"). Such a trigger is no match, so a later one in the message is the rule's first
+match.
 
 Triggers are case-insensitive. Whether a word is capitalised is judged on the text as written,
 which is what tells a name ("Anna Smith") from the words after it ("anna and ...").
 
-The module is pure: no I/O, no state. Writing captures (source "rule") and retiring ended facts
-is the caller's job.
+The module is pure: no I/O, no state. Writing captures (source "rule") is the caller's job.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .rule_words import (
+from ..text import normalize_key
+from .context import asserted, subject_start
+from .words import (
     AFTER_NAME_WORDS,
     FAVORITE_TIME_PHRASES,
     JOB_TAIL_NOUNS,
@@ -46,7 +46,6 @@ from .rule_words import (
     THIS_IS_WORDS,
     TITLE_WORDS,
 )
-from .text import normalize_key
 
 # A word of a name or place: letters, with inner apostrophes or hyphens (O'Brien, Jean-Luc).
 # The lookahead stops "R2D2" from yielding "R".
@@ -115,10 +114,6 @@ MAX_PLACE_WORDS = 3  # before the comma, and again after it
 MAX_FAVORITE_SUBJECT_WORDS = 3
 FAVORITE_KEY_PREFIX = "favorite"
 
-# Keys whose value is a proper noun that may be named in part: "I don't live in Austin
-# anymore" ends location "Austin, Texas", "I left Google" ends employer "Google LLC".
-_PARTIAL_MATCH_KEYS = frozenset({"location", "employer", "hometown", "name"})
-
 
 # A shape reads the value that follows a trigger; None means "no match here".
 Shape = Callable[[str, re.Match[str]], str | None]
@@ -140,20 +135,6 @@ class Rule:
     not_first: frozenset[str] = frozenset()
     not_values: frozenset[str] = frozenset()
     fillers: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Ending:
-    """A statement that a fact has ended: "I'm no longer vegetarian" (diet, "vegetarian").
-
-    ``keys`` are the facts it may end ("I left Portland" may be a place or an employer);
-    ``value`` is what the user named, matched against the live value by ``ends``. None ends
-    any diet ("I started eating meat again").
-    """
-
-    keys: tuple[str, ...]
-    value: str | None
-    start: int
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -606,125 +587,6 @@ def favorite_key(subject: str) -> str | None:
     return key if key != FAVORITE_KEY_PREFIX else None
 
 
-# -- when a trigger states a fact ------------------------------------------------------------
-
-# A sentence ends at ! ? or a newline, or a period followed by a space or the end.
-_SENTENCE_BREAK_RE = re.compile(r"[!?\n]|\.(?=\s|$)")
-_CLAUSE_BREAK_RE = re.compile(r"[,;:—–()]")
-# Conjunctions end the reach of a negation: "I'm not sure, but I live in Denver".
-_NEGATION_BREAK_RE = re.compile(r"[,;:—–()]|\b(?:but|and|so|because|though|although|cause)\b")
-_TOKEN_RE = re.compile(r"[a-z]+(?:['’][a-z]+)?")
-_OPEN_SINGLE_QUOTE_RE = re.compile(r"(?:^|(?<=[\s:(\[]))['‘](?=\w)")
-_CLOSE_SINGLE_QUOTE_RE = re.compile(r"(?<=[\w.!?,])['’](?=[\s.,;:!?)\]]|$)")
-
-# fmt: off
-# In the same clause before the subject, these make the statement not (yet) true.
-_HYPOTHETICAL_WORDS = frozenset({
-    "if", "whether", "unless", "suppose", "supposing", "imagine", "imagining", "pretend",
-    "pretending", "assume", "assuming", "hypothetically", "wish", "hope", "hoping", "dream",
-    "dreamed", "dreamt", "maybe", "perhaps", "should", "would", "could", "might", "lets",
-    "let's",
-})
-# Anywhere earlier in the sentence: a story, a game, a role.
-_FICTION_WORDS = frozenset({
-    "story", "game", "novel", "roleplay", "role-play", "fiction", "scenario", "character",
-    "hypothetical", "dream", "pretend", "imagine",
-})
-_NEGATIONS = frozenset({
-    "not", "never", "don't", "dont", "doesn't", "doesnt", "didn't", "didnt", "isn't",
-    "wasn't", "aren't", "nor", "hardly", "don’t", "doesn’t", "didn’t", "isn’t", "wasn’t",
-})
-# A reporting verb not said by the user: "she said I'm from Ohio", "they think I'm vegan".
-_REPORTING_VERBS = frozenset({
-    "said", "says", "say", "told", "tells", "tell", "asked", "asks", "wrote", "writes",
-    "thinks", "think", "thought", "believes", "believe", "claims", "claimed", "claim",
-    "insists", "insisted", "replied", "replies", "answered", "texted", "tweeted", "posted",
-    "goes", "assumes", "assumed", "guessed", "guesses", "joked", "jokes", "quote", "quoted",
-    "saying", "telling", "writing", "thinking", "claiming", "believing", "assuming",
-})
-_FIRST_PERSON = frozenset({"i", "we", "me", "i'll", "i'd", "i've", "i'm", "i’ll", "i’d",
-                           "i’ve", "i’m", "we've", "we’ve"})
-# A sentence that starts with one of these and ends with "?" asks rather than states.
-_QUESTION_STARTS = frozenset({
-    "do", "does", "did", "is", "are", "am", "was", "were", "can", "could", "should",
-    "would", "will", "shall", "may", "might", "must", "have", "has", "had", "what", "where",
-    "when", "why", "how", "who", "which", "whose", "isn't", "aren't", "don't", "doesn't",
-    "didn't", "won't", "wouldn't", "shouldn't", "can't", "couldn't", "haven't", "hasn't",
-    "right", "really",
-})
-# Right before the subject, these make a question: "do I live in Denver".
-_AUXILIARIES = _QUESTION_STARTS - {"what", "where", "when", "why", "how", "who", "which",
-                                   "whose", "right", "really"}
-# "Did I tell you I moved to Denver?": a question about telling still states the fact.
-_TELLING_WORDS = frozenset({
-    "tell", "told", "mention", "mentioned", "know", "knew", "remember", "recall", "forget",
-    "forgot", "say", "said",
-})
-# fmt: on
-
-
-def _asserted(text: str, pos: int) -> bool:
-    """Whether the subject at ``pos`` states something of the user, as true now.
-
-    False inside quotes, after another speaker's reporting verb, in a hypothetical or
-    fiction, under a negation in the same clause, and in a question.
-    """
-    breaks = [m.end() for m in _SENTENCE_BREAK_RE.finditer(text, 0, pos)]
-    sentence_start = breaks[-1] if breaks else 0
-    prefix = text[sentence_start:pos]
-    if _inside_quote(text, sentence_start, pos):
-        return False
-    tokens = _TOKEN_RE.findall(prefix.lower())
-    if _FICTION_WORDS.intersection(tokens):
-        return False
-    for index, token in enumerate(tokens):
-        if token in _REPORTING_VERBS and not _FIRST_PERSON.intersection(
-            tokens[max(0, index - 2) : index]
-        ):
-            return False
-    clause = _CLAUSE_BREAK_RE.split(prefix)[-1]
-    if _HYPOTHETICAL_WORDS.intersection(_TOKEN_RE.findall(clause.lower())):
-        return False
-    near = _TOKEN_RE.findall(_NEGATION_BREAK_RE.split(prefix)[-1].lower())
-    for index, token in enumerate(near):
-        # "Don't forget I'm vegan": the negation is of forgetting.
-        if token in _NEGATIONS and near[index + 1 : index + 2] not in (["forget"], ["you"]):
-            return False
-    if tokens and tokens[-1] in _AUXILIARIES:
-        return False
-    end = _SENTENCE_BREAK_RE.search(text, pos)
-    if end is None or end.group() != "?":
-        return True
-    if _TELLING_WORDS.intersection(tokens):  # "Did I tell you I moved to Denver?"
-        return True
-    if tokens and tokens[0] in _QUESTION_STARTS:
-        return False
-    # "I'm not vegan anymore?" asks back; "I live in Denver, you?" states, then asks.
-    return _CLAUSE_BREAK_RE.search(text, pos, end.start()) is not None
-
-
-def _inside_quote(text: str, start: int, pos: int) -> bool:
-    """Whether ``pos`` lies inside a quotation opened after ``start``."""
-    prefix = text[start:pos]
-    if prefix.count('"') % 2:
-        return True
-    if prefix.rfind("“") > prefix.rfind("”"):
-        return True
-    # Searched in the whole text: the opening quote's lookahead reads the quoted word.
-    opening = [m.start() for m in _OPEN_SINGLE_QUOTE_RE.finditer(text, start) if m.start() < pos]
-    if opening:
-        return not any(
-            opening[-1] < m.start() < pos for m in _CLOSE_SINGLE_QUOTE_RE.finditer(text, start)
-        )
-    return False
-
-
-def _subject_start(match: re.Match[str]) -> int:
-    if "subj" in match.re.groupindex and match.start("subj") >= 0:
-        return match.start("subj")
-    return match.start()
-
-
 # -- cleaning ---------------------------------------------------------------------------------
 
 
@@ -790,7 +652,7 @@ def _first_capture(rule: Rule, text: str) -> tuple[int, int, str] | None:
         for match in pattern.finditer(text):
             if best is not None and match.start() >= best[0]:
                 break
-            if not _asserted(text, _subject_start(match)):
+            if not asserted(text, subject_start(match)):
                 continue
             raw = rule.shape(text, match)
             if raw is not None:
@@ -818,7 +680,7 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
             captures.append((start, end, rule.key, value))
     for match in FAVORITE_RE.finditer(text):
         key = favorite_key(match.group("subject"))
-        if key is None or not _asserted(text, match.start()):
+        if key is None or not asserted(text, match.start()):
             continue
         value = clean_value(match.group("value"))
         if value is not None:
@@ -832,287 +694,3 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
             seen.add(key)
             result.append((key, value))
     return result
-
-
-# -- endings ----------------------------------------------------------------------------------
-
-_ANYMORE_RE = _compile(r"\b(?:anymore|any\s+more|any\s+longer|these\s+days)\b")
-_ANYMORE_TAIL_RE = _compile(r"\s+(?:anymore|any\s+more|any\s+longer)\b.*$")
-# What may follow "I left <X>" when it ends a job or a home, not a trip: the end of the
-# clause, "for good", "behind", "after ...", "to join ...", "... years ago", "in 2019",
-# "and moved/joined ...". "I left Portland this morning" or "... at 5pm" ends nothing.
-_MONTH = (
-    r"(?:january|february|march|april|may|june|july|august|september|october|november|"
-    r"december|spring|summer|fall|autumn|winter)"
-)
-_LEFT_TAIL_RE = _compile(
-    r"\s*(?:$|[.,;!?)\n]|(?:for\s+good|behind|after|in\s+(?:\d{4}|" + _MONTH + r")|"
-    r"last\s+(?:year|month|" + _MONTH + r")|"
-    r"(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|\d+|several|a\s+few|many)"
-    r"\s+(?:years?|months?|weeks?)\s+ago|years\s+ago|months\s+ago|"
-    r"to\s+(?:join|work|start|move|live|take|pursue|found|launch|focus|freelance)|"
-    r"and\s+(?:i\s+|i['’]ve\s+|have\s+|then\s+)?(?:moved|joined|started|relocated|now|"
-    r"never|am\s+now|i['’]m\s+now|took\s+a))\b)"
-)
-_NO_LONGER = r"no\s+longer\s+"
-_STOPPED_BEING = r"(?:(?:have|['’]ve)\s+)?(?:stopped|quit|gave\s+up|given\s+up)\s+being\s+"
-_I_OR_WE = r"\b(?P<subj>i|we)"
-_BE_OR_ARE = r"(?:['’]m|['’]re|\s+am|\s+are)\s+"
-_DONT = r"\s+(?:don['’]?t|do\s+not)\s+"
-
-
-@dataclass(frozen=True)
-class _EndingRule:
-    keys: tuple[str, ...]
-    pattern: re.Pattern[str]
-    shape: Shape | None  # None: the pattern's "value" group, or no value at all
-    needs_anymore: bool = False
-    tail: re.Pattern[str] | None = None
-
-
-def _ending(
-    keys: str | tuple[str, ...],
-    pattern: str,
-    shape: Shape | None = None,
-    *,
-    anymore: bool = False,
-    tail: re.Pattern[str] | None = None,
-) -> _EndingRule:
-    keys = (keys,) if isinstance(keys, str) else keys
-    return _EndingRule(keys, _compile(pattern), shape, anymore, tail)
-
-
-_PHRASE_SHAPE: Shape = _value_group
-
-ENDING_RULES: tuple[_EndingRule, ...] = (
-    # diet
-    _ending("diet", _I_AM + _NO_LONGER + rf"(?:an?\s+)?(?P<value>{_DIET})\b"),
-    _ending("diet", _I_AM + rf"not\s+(?:an?\s+)?(?P<value>{_DIET})\b", anymore=True),
-    _ending("diet", rf"\b(?P<subj>i)\s+{_STOPPED_BEING}(?:an?\s+)?(?P<value>{_DIET})\b"),
-    _ending("diet", rf"\b(?P<subj>i)\s+used\s+to\s+be\s+(?:an?\s+)?(?P<value>{_DIET})\b"),
-    _ending(
-        "diet",
-        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:started|began|begun)\s+eating\s+"
-        r"(?:meat|chicken|beef|pork)\b",
-    ),
-    _ending("diet", r"\b(?P<subj>i)\s+(?:now\s+)?eat\s+meat\s+(?:again|now)\b"),
-    # location
-    _ending(
-        "location",
-        _I_OR_WE + r"\s+(?:no\s+longer|used\s+to)\s+(?:live|stay|reside)\s+in\s+",
-        _PLACE,
-    ),
-    _ending("location", _I_OR_WE + _DONT + r"(?:live|stay|reside)\s+in\s+", _PLACE, anymore=True),
-    _ending("location", _I_OR_WE + _BE_OR_ARE + _NO_LONGER + r"(?:living|based)\s+in\s+", _PLACE),
-    _ending(
-        "location", _I_OR_WE + _BE_OR_ARE + r"not\s+(?:living|based)\s+in\s+", _PLACE, anymore=True
-    ),
-    _ending(
-        "location",
-        _I_OR_WE + rf"(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:moved|relocated)\s+"
-        r"(?:away\s+from|out\s+of|from)\s+",
-        _PLACE,
-    ),
-    # "I left Portland" / "I left Google": whichever the live fact names.
-    _ending(
-        ("employer", "location"),
-        rf"\b(?P<subj>i|we)\s+{_ADVERBS}(?:left|quit)\s+",
-        _proper_noun(MAX_PLACE_WORDS, region=False, lowercase="never"),
-        tail=_LEFT_TAIL_RE,
-    ),
-    # employer
-    _ending(
-        "employer",
-        r"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "employer", rf"\b(?P<subj>i){_DONT}work\s+(?:at|for)\s+" + _OCCUPATION_PHRASE, anymore=True
-    ),
-    _ending(
-        "employer",
-        _I_AM
-        + _NO_LONGER
-        + r"(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
-        + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "employer",
-        _I_AM
-        + r"not\s+(?:(?:working|employed)\s+(?:at|for|by|with)|at|with)\s+"
-        + _OCCUPATION_PHRASE,
-        anymore=True,
-    ),
-    _ending(
-        "employer",
-        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:quit|left)\s+my\s+"
-        r"(?:job|position|role|post)\s+(?:at|with)\s+" + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "employer",
-        rf"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+{_ADVERBS}(?:resigned|retired)\s+from\s+"
-        + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "employer",
-        r"\b(?P<subj>i)\s+(?:was|got|have\s+been|['’]ve\s+been)\s+(?:laid\s+off|fired|let\s+go|"
-        r"made\s+redundant)\s+(?:from|by|at)\s+" + _OCCUPATION_PHRASE,
-    ),
-    # occupation
-    _ending("occupation", _I_AM + _NO_LONGER + r"an?\s+" + _OCCUPATION_PHRASE),
-    _ending("occupation", _I_AM + r"not\s+an?\s+" + _OCCUPATION_PHRASE, anymore=True),
-    _ending(
-        "occupation",
-        rf"\b(?P<subj>i)\s+(?:{_STOPPED_BEING}|used\s+to\s+be\s+)an?\s+" + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "occupation",
-        r"\b(?P<subj>i)\s+(?:no\s+longer|used\s+to)\s+work\s+as\s+an?\s+" + _OCCUPATION_PHRASE,
-    ),
-    _ending(
-        "occupation", rf"\b(?P<subj>i){_DONT}work\s+as\s+an?\s+" + _OCCUPATION_PHRASE, anymore=True
-    ),
-    # allergies
-    _ending("allergies", _I_AM + _NO_LONGER + r"allergic\s+to\s+" + _ALLERGY_PHRASE),
-    _ending("allergies", _I_AM + r"not\s+allergic\s+to\s+" + _ALLERGY_PHRASE, anymore=True),
-    _ending("allergies", r"\b(?P<subj>i)\s+used\s+to\s+be\s+allergic\s+to\s+" + _ALLERGY_PHRASE),
-    _ending(
-        "allergies",
-        r"\b(?P<subj>i)(?:['’]ve|\s+have)?\s+(?:outgrew|outgrown)\s+my\s+"
-        r"(?P<value>[^\W\d_][\w\-]{1,30})\s+allerg(?:y|ies)\b",
-    ),
-)
-
-# "my favorite band is no longer Muse", "my favorite band used to be Muse".
-FAVORITE_ENDING_RE = _compile(
-    _FAVORITE_HEAD + rf"\s+(?:is\s+no\s+longer|used\s+to\s+be)\s+(?P<value>{_CLAUSE})"
-)
-
-
-def find_endings(text: str) -> list[Ending]:
-    """Every stated ending in ``text``, in text order (see ``Ending``)."""
-    found: list[Ending] = []
-    for rule in ENDING_RULES:
-        for match in rule.pattern.finditer(text):
-            if not _asserted(text, _subject_start(match)):
-                continue
-            if rule.needs_anymore and not _ANYMORE_RE.search(_clause_from(text, match.start())):
-                continue
-            value = _ending_value(rule, text, match)
-            if value is _NO_MATCH:
-                continue
-            found.append(Ending(rule.keys, value, match.start()))
-    for match in FAVORITE_ENDING_RE.finditer(text):
-        key = favorite_key(match.group("subject"))
-        if key is None or not _asserted(text, match.start()):
-            continue
-        value = clean_value(_ANYMORE_TAIL_RE.sub("", match.group("value")))
-        if value is not None:
-            found.append(Ending((key,), value, match.start()))
-    found.sort(key=lambda ending: ending.start)
-    return found
-
-
-def _clause_from(text: str, pos: int) -> str:
-    end = re.compile(r"[.;!?\n]").search(text, pos)
-    return text[pos : end.start() if end else len(text)]
-
-
-_NO_MATCH = "\0"  # an ending rule matched a trigger but no value: not an ending
-
-
-def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> str | None:
-    if rule.shape is not None:
-        raw = rule.shape(text, match)
-        if raw is None:
-            return _NO_MATCH
-        end = match.end() + len(raw)
-        if rule.tail is not None and not rule.tail.match(text, end):
-            return _NO_MATCH
-    elif "value" in match.re.groupindex:
-        raw = match.group("value")
-    else:
-        return None
-    # Not clean_value: the value is only compared with a live one, which may well start
-    # with a word no capture starts with ("I quit my job at the hospital").
-    value = _strip(_ANYMORE_TAIL_RE.sub("", raw))
-    for index, word in enumerate(_CLEAN_WORD_RE.finditer(value)):
-        if index > 0 and word.group() in FILLER_WORDS:
-            value = _strip(value[: word.start()])
-            break
-    return value or _NO_MATCH
-
-
-def _fold(value: str) -> str:
-    folded = " ".join(value.casefold().replace("’", "'").split())
-    folded = folded.strip(TRAILING_PUNCTUATION + " ")
-    return folded[4:] if folded.startswith("the ") else folded
-
-
-def ends(key: str, stated: str | None, live: str) -> bool:
-    """Whether an ending of ``key`` naming ``stated`` ends the live value ``live``.
-
-    Compared folded (case, spacing, a leading "the"). A proper noun may be named in part
-    ("Austin" ends "Austin, Texas"); a diet ends when its word is the live one's; an ending
-    that names nothing ends any diet.
-    """
-    live_folded = _fold(live)
-    if key == "diet":
-        words = set(re.findall(r"\w+", live_folded))
-        if stated is None:
-            return bool(words.intersection(DIET_WORDS))
-        return _fold(stated) in words
-    if stated is None:
-        return False
-    said = _fold(stated)
-    if not said:
-        return False
-    if said == live_folded:
-        return True
-    # "I'm no longer allergic to penicillin apparently": the live value, then more words.
-    if said.startswith(live_folded) and said[len(live_folded)] == " ":
-        return True
-    if key not in _PARTIAL_MATCH_KEYS:
-        return False
-    short, long = sorted((said, live_folded), key=len)
-    return _leading_part(short, long)
-
-
-def names_part_of(key: str, value: str, live: str) -> bool:
-    """Whether a captured ``value`` names the live value ``live`` in part, as a shorter
-    mention of the same proper noun ("Daniel" of "Daniel Reyes", "Austin" of "Austin,
-    Texas"): then the capture re-affirms ``live`` rather than replacing it."""
-    if key not in _PARTIAL_MATCH_KEYS:
-        return False
-    said, held = _fold(value), _fold(live)
-    return bool(said) and len(said) < len(held) and _leading_part(said, held)
-
-
-def _leading_part(short: str, long: str) -> bool:
-    return long.startswith(short) and long[len(short)] in " ,("
-
-
-def retired_keys(
-    endings: Iterable[Ending], captured: Iterable[str], live: Mapping[str, str]
-) -> list[str]:
-    """The keys whose live value (``live``) the ``endings`` end, in text order.
-
-    A key captured in the same message is left to that capture ("I moved from Chicago to
-    Portland" stores Portland as a new version), so it is never retired here.
-    """
-    skip = set(captured)
-    result: list[str] = []
-    for ending in endings:
-        for key in ending.keys:
-            if key in skip or key in result or key not in live:
-                continue
-            if ends(key, ending.value, live[key]):
-                result.append(key)
-    return result
-
-
-def ending_keys(endings: Iterable[Ending]) -> list[str]:
-    """Every key the ``endings`` may end: the live values the caller must read."""
-    keys: list[str] = []
-    for ending in endings:
-        keys.extend(key for key in ending.keys if key not in keys)
-    return keys
