@@ -1,5 +1,5 @@
-"""Word lists for rule capture (``capture``, ``endings``): what a capitalised word after "I'm" is when it is
-not a name, and which places and employers are not places or employers.
+"""Word lists for rule capture (``capture``, ``endings``): what a capitalised word after
+"I'm" is when it is not a name, and which places and employers are not places or employers.
 
 Kept apart from the patterns so the patterns stay readable. Every list is lowercase and
 compared with ``str.casefold``.
