@@ -844,3 +844,13 @@ def test_the_issue_walkthrough_without_an_llm(mem: elastimem.Elastimem) -> None:
         "location": "Denver",
         "favorite_band": "Radiohead",
     }
+
+
+def test_rules_read_the_start_of_a_long_message() -> None:
+    from elastimem.rules.capture import MAX_RULE_TEXT
+
+    pasted = "lorem ipsum " * (MAX_RULE_TEXT // 12 + 1)
+    assert capture_rules("I live in Oslo. " + pasted) == [("location", "Oslo")]
+    assert capture_rules(pasted + "I live in Oslo.") == []
+    live = {"diet": "vegan"}
+    assert retired_keys(find_endings(pasted + "I'm not vegan anymore"), [], live) == []

@@ -23,13 +23,15 @@ The module is pure: no I/O, no state. Writing captures (source "rule") is the ca
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from ..text import normalize_key
-from .context import asserted, subject_start
+from .context import SENTENCE_WINDOW, asserted, subject_start
 from .words import (
     AFTER_NAME_WORDS,
     FAVORITE_TIME_PHRASES,
@@ -108,6 +110,17 @@ CALL_ME_STOPLIST = frozenset({
 
 DIET_WORDS = ("vegetarian", "vegan", "pescatarian")
 _DIET = "(?:" + "|".join(DIET_WORDS) + ")"
+
+# Triggers read per pattern and message. Each is checked against its sentence
+# (``context.asserted``); past this many, a message is not a person talking about
+# themselves, and reading on would make a long pasted text cost seconds (a 640 kB text of
+# "If I moved to Paris" took 23 s unbounded, 0.5 s with the old rules).
+MAX_TRIGGERS = 64
+# The rules read the first this many characters of a message. A longer message is a paste
+# (a document, a log, a story), where "I'm from Ohio" is seldom the user speaking, and
+# reading all of it cost ~3 s per MB (the old, narrower rules ~1 s per MB). 20 000
+# characters cost about 60 ms here.
+MAX_RULE_TEXT = 20_000
 
 MAX_NAME_WORDS = 2
 MAX_PLACE_WORDS = 3  # before the comma, and again after it
@@ -192,6 +205,7 @@ def _proper_noun(
     return shape
 
 
+@functools.lru_cache(maxsize=4)  # asked once per lowercase capture of the same message
 def _lowercase_styled(text: str) -> bool:
     """Whether ``text`` capitalises nothing but "I" and the first word of a sentence: its
     writer does not capitalise names either ("I just moved to nyc")."""
@@ -290,7 +304,7 @@ def _participle(word: str) -> bool:
 def _title_cased(text: str, pos: int) -> bool:
     """Whether the rest of the sentence from ``pos`` capitalises most of its words ("I'm
     Stoked About The Trip"): then capitals say nothing about names."""
-    sentence = re.split(r"[.!?\n]", text[pos:], maxsplit=1)[0]
+    sentence = re.split(r"[.!?\n]", text[pos : pos + SENTENCE_WINDOW], maxsplit=1)[0]
     words = [w for w in _LETTER_WORD_RE.findall(sentence) if not _is_pronoun_i(w)]
     if len(words) < 3:
         return False
@@ -649,7 +663,7 @@ def _first_capture(rule: Rule, text: str) -> tuple[int, int, str] | None:
     (start, end of the trigger, value)."""
     best: tuple[int, int, str] | None = None
     for pattern in rule.patterns:
-        for match in pattern.finditer(text):
+        for match in itertools.islice(pattern.finditer(text), MAX_TRIGGERS):
             if best is not None and match.start() >= best[0]:
                 break
             if not asserted(text, subject_start(match)):
@@ -665,8 +679,10 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
     """The ``(key, value)`` pairs the §5.5 rules capture from one user message, in text order.
 
     Each rule uses its first match; ``favorite_<subject>`` captures every match. When two
-    captures share a key, the one earlier in the text wins.
+    captures share a key, the one earlier in the text wins. Only the first MAX_RULE_TEXT
+    characters are read.
     """
+    text = text[:MAX_RULE_TEXT]
     # (start, end of trigger, key, value): two captures from one subject ("I'm vegetarian
     # and allergic to soy") come in the order of their values.
     captures: list[tuple[int, int, str, str]] = []
@@ -678,7 +694,7 @@ def capture_rules(text: str) -> list[tuple[str, str]]:
         value = _clean_for(rule, raw)
         if value is not None:
             captures.append((start, end, rule.key, value))
-    for match in FAVORITE_RE.finditer(text):
+    for match in itertools.islice(FAVORITE_RE.finditer(text), MAX_TRIGGERS):
         key = favorite_key(match.group("subject"))
         if key is None or not asserted(text, match.start()):
             continue

@@ -10,6 +10,7 @@ invalidated as ``forget`` does, so its history keeps it.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from .capture import (
     DIET_WORDS,
     FILLER_WORDS,
     MAX_PLACE_WORDS,
+    MAX_RULE_TEXT,
+    MAX_TRIGGERS,
     TRAILING_PUNCTUATION,
     Shape,
     _compile,
@@ -35,7 +38,7 @@ from .capture import (
     clean_value,
     favorite_key,
 )
-from .context import asserted, subject_start
+from .context import SENTENCE_WINDOW, asserted, subject_start
 
 
 @dataclass(frozen=True)
@@ -207,10 +210,12 @@ FAVORITE_ENDING_RE = _compile(
 
 
 def find_endings(text: str) -> list[Ending]:
-    """Every stated ending in ``text``, in text order (see ``Ending``)."""
+    """Every stated ending in the first MAX_RULE_TEXT characters of ``text``, in text order
+    (see ``Ending``)."""
+    text = text[:MAX_RULE_TEXT]
     found: list[Ending] = []
     for rule in ENDING_RULES:
-        for match in rule.pattern.finditer(text):
+        for match in itertools.islice(rule.pattern.finditer(text), MAX_TRIGGERS):
             if not asserted(text, subject_start(match)):
                 continue
             if rule.needs_anymore and not _ANYMORE_RE.search(_clause_from(text, match.start())):
@@ -219,7 +224,7 @@ def find_endings(text: str) -> list[Ending]:
             if value is _NO_MATCH:
                 continue
             found.append(Ending(rule.keys, value, match.start()))
-    for match in FAVORITE_ENDING_RE.finditer(text):
+    for match in itertools.islice(FAVORITE_ENDING_RE.finditer(text), MAX_TRIGGERS):
         key = favorite_key(match.group("subject"))
         if key is None or not asserted(text, match.start()):
             continue
@@ -231,10 +236,12 @@ def find_endings(text: str) -> list[Ending]:
 
 
 def _clause_from(text: str, pos: int) -> str:
-    end = re.compile(r"[.;!?\n]").search(text, pos)
-    return text[pos : end.start() if end else len(text)]
+    stop = min(len(text), pos + SENTENCE_WINDOW)
+    end = _CLAUSE_END_RE.search(text, pos, stop)
+    return text[pos : end.start() if end else stop]
 
 
+_CLAUSE_END_RE = re.compile(r"[.;!?\n]")
 _NO_MATCH = "\0"  # an ending rule matched a trigger but no value: not an ending
 
 
