@@ -854,3 +854,15 @@ def test_rules_read_the_start_of_a_long_message() -> None:
     assert capture_rules(pasted + "I live in Oslo.") == []
     live = {"diet": "vegan"}
     assert retired_keys(find_endings(pasted + "I'm not vegan anymore"), [], live) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I live in St. Louis", "St. Louis"),
+        ("We moved to Mt. Vernon, Iowa.", "Mt. Vernon, Iowa"),
+        ("I live on Main St.", None),  # not "in": no trigger
+    ],
+)
+def test_abbreviated_place_words_keep_their_period(text: str, expected: str | None) -> None:
+    assert capture_rules(text) == ([("location", expected)] if expected else [])

@@ -168,7 +168,12 @@ def _capitalised_run(text: str, pos: int, limit: int) -> int:
         if word is None or not _is_capitalised(word.group()) or _is_pronoun_i(word.group()):
             break
         end = word.end()
+        if word.group() in _PLACE_ABBREVIATIONS and text.startswith(".", end):
+            end += 1  # "St. Louis", "Mt. Vernon"
     return end
+
+
+_PLACE_ABBREVIATIONS = frozenset({"St", "Ste", "Mt", "Ft", "Pt"})
 
 
 def _is_pronoun_i(word: str) -> bool:
