@@ -286,7 +286,7 @@ def _intro_name(text: str, match: re.Match[str]) -> str | None:
     if match.group("intro").casefold().startswith("this") and first in THIS_IS_WORDS:
         return None
     end = words[-1].end()
-    rest = text[end:]
+    rest = text[end : end + SENTENCE_WINDOW]
     if rest[:1] in ("'", "’"):  # "I'm Daniel's brother"
         return None
     follower = re.match(r"[ \t]+([^\W\d_]+(?:['’][^\W\d_]+)?)", rest)

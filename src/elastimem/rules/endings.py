@@ -220,10 +220,9 @@ def find_endings(text: str) -> list[Ending]:
                 continue
             if rule.needs_anymore and not _ANYMORE_RE.search(_clause_from(text, match.start())):
                 continue
-            value = _ending_value(rule, text, match)
-            if value is _NO_MATCH:
-                continue
-            found.append(Ending(rule.keys, value, match.start()))
+            fits, value = _ending_value(rule, text, match)
+            if fits:
+                found.append(Ending(rule.keys, value, match.start()))
     for match in itertools.islice(FAVORITE_ENDING_RE.finditer(text), MAX_TRIGGERS):
         key = favorite_key(match.group("subject"))
         if key is None or not asserted(text, match.start()):
@@ -242,21 +241,22 @@ def _clause_from(text: str, pos: int) -> str:
 
 
 _CLAUSE_END_RE = re.compile(r"[.;!?\n]")
-_NO_MATCH = "\0"  # an ending rule matched a trigger but no value: not an ending
 
 
-def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> str | None:
+def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> tuple[bool, str | None]:
+    """(whether the trigger is an ending, the value it names): a trigger whose value does not
+    fit the rule's shape is none ("I left my keys")."""
     if rule.shape is not None:
         raw = rule.shape(text, match)
         if raw is None:
-            return _NO_MATCH
+            return False, None
         end = match.end() + len(raw)
         if rule.tail is not None and not rule.tail.match(text, end):
-            return _NO_MATCH
+            return False, None
     elif "value" in match.re.groupindex:
         raw = match.group("value")
     else:
-        return None
+        return True, None
     # Not clean_value: the value is only compared with a live one, which may well start
     # with a word no capture starts with ("I quit my job at the hospital").
     value = _strip(_ANYMORE_TAIL_RE.sub("", raw))
@@ -264,7 +264,7 @@ def _ending_value(rule: _EndingRule, text: str, match: re.Match[str]) -> str | N
         if index > 0 and word.group() in FILLER_WORDS:
             value = _strip(value[: word.start()])
             break
-    return value or _NO_MATCH
+    return bool(value), value or None
 
 
 def _fold(value: str) -> str:
