@@ -866,3 +866,8 @@ def test_rules_read_the_start_of_a_long_message() -> None:
 )
 def test_abbreviated_place_words_keep_their_period(text: str, expected: str | None) -> None:
     assert capture_rules(text) == ([("location", expected)] if expected else [])
+
+
+def test_a_modal_of_telling_still_states_the_fact() -> None:
+    assert capture_rules("I should mention I'm allergic to peanuts") == [("allergies", "peanuts")]
+    assert capture_rules("I could be allergic to peanuts, I might be allergic to kiwi") == []

@@ -63,6 +63,10 @@ _TELLING_WORDS = frozenset({
     "tell", "told", "mention", "mentioned", "know", "knew", "remember", "recall", "forget",
     "forgot", "say", "said",
 })
+_MODALS = frozenset({"should", "would", "could", "might"})
+_DISCLOSING_WORDS = _TELLING_WORDS | {
+    "add", "note", "clarify", "remind", "admit", "confess", "mention", "point", "share",
+}
 # fmt: on
 
 # How far around a trigger its sentence is read. Longer sentences are read in part: a
@@ -91,8 +95,7 @@ def asserted(text: str, pos: int) -> bool:
             tokens[max(0, index - 2) : index]
         ):
             return False
-    clause = _CLAUSE_BREAK_RE.split(prefix)[-1]
-    if _HYPOTHETICAL_WORDS.intersection(_TOKEN_RE.findall(clause.lower())):
+    if _hypothetical(_TOKEN_RE.findall(_CLAUSE_BREAK_RE.split(prefix)[-1].lower())):
         return False
     near = _TOKEN_RE.findall(_NEGATION_BREAK_RE.split(prefix)[-1].lower())
     for index, token in enumerate(near):
@@ -110,6 +113,18 @@ def asserted(text: str, pos: int) -> bool:
         return False
     # "I'm not vegan anymore?" asks back; "I live in Denver, you?" states, then asks.
     return _CLAUSE_BREAK_RE.search(text, pos, end.start()) is not None
+
+
+def _hypothetical(clause: list[str]) -> bool:
+    """Whether the clause before the subject makes it hypothetical ("if I moved", "I would
+    say I'm"), except a modal of telling ("I should mention I'm vegan")."""
+    for index, token in enumerate(clause):
+        if token not in _HYPOTHETICAL_WORDS:
+            continue
+        if token in _MODALS and _DISCLOSING_WORDS.intersection(clause[index + 1 :]):
+            continue
+        return True
+    return False
 
 
 def _inside_quote(text: str, start: int, pos: int) -> bool:
