@@ -26,7 +26,14 @@ from .enums import Cadence, Tier
 from .errors import ClosedError, ConfigError, ElastimemError, EmbedderError, StoreError
 from .gate import LLMGate
 from .governor import Governor, MemoryProfile
-from .rules import capture_rules
+from .rules import (
+    Ending,
+    capture_rules,
+    ending_keys,
+    find_endings,
+    names_part_of,
+    retired_keys,
+)
 from .text import normalize_key, query_terms, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
 from .vectors import EmbeddingSource, VectorIndex
@@ -348,6 +355,7 @@ class Elastimem:
             user, assistant, self._chunk_estimator(), self._config.chunk_target_tokens
         )
         captures = capture_rules(user) if user else []
+        endings = find_endings(user) if user else []
         profile = self._governor.profile
         config = self._config
         with self._state_lock:
@@ -370,17 +378,24 @@ class Elastimem:
                 # Same transaction as the turn: a crash can never leave a stored turn without
                 # its jobs (embeddings are backfilled, but links and extraction are not).
                 background.queue_turn_jobs(conn, self._services, record, user, profile, config)
-            if captures:
-                self._store_rule_captures(captures, record)
+            if captures or endings:
+                self._store_rule_captures(captures, endings, record)
         self._worker.signal()
 
     def _store_rule_captures(
-        self, captures: list[tuple[str, str]], record: episodic.TurnRecord
+        self, captures: list[tuple[str, str]], endings: list[Ending], record: episodic.TurnRecord
     ) -> None:
+        """Write the turn's captures, then retire the live facts it says have ended (issue
+        15: "I'm no longer vegetarian"), in one transaction."""
         config = self._config
         with self._db.atomic() as conn:
             touched = False
+            # A shorter mention of the live value re-affirms it: "I'm Daniel" while name is
+            # "Daniel Reyes", "I live in Austin" while location is "Austin, Texas".
+            current = semantic.live_values_of(conn, [key for key, _ in captures])
             for key, value in captures:
+                if key in current and names_part_of(key, value, current[key]):
+                    value = current[key]
                 result = semantic.write_fact(
                     conn,
                     key,
@@ -393,6 +408,13 @@ class Elastimem:
                     origin_session_id=record.session_id,
                 )
                 if result.changed or result.reason == "already stored":
+                    touched = True
+            if endings:
+                live = semantic.live_values_of(conn, ending_keys(endings))
+                keys = retired_keys(endings, (key for key, _ in captures), live)
+                retired = [key for key in keys if semantic.retire(conn, key, record.created_at)]
+                if retired:
+                    self._bump_writes(conn)
                     touched = True
             if touched:
                 episodic.raise_chunk_importance(conn, record.chunk_ids, RULE_CHUNK_IMPORTANCE)
