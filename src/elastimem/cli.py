@@ -767,3 +767,8 @@ def _plus_minutes(at: str, minutes: int) -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+from .server import command as _serve_command  # noqa: E402 - needs the names above
+
+main.add_command(_serve_command.serve)  # type: ignore[has-type]  # import cycle
