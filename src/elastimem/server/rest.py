@@ -76,10 +76,8 @@ def check(value: Any, schema: Mapping[str, Any], name: str) -> Any:
     kind = schema.get("type")
     if "anyOf" in schema:
         for option in schema["anyOf"]:
-            try:
-                return check(value, option, name)
-            except ApiError:
-                continue
+            if _is_type(value, option.get("type")):
+                return check(value, option, name)  # its own message: too long, out of range
         raise ApiError(400, f"{name} must be {_describe(schema)}")
     if kind == "string":
         if not isinstance(value, str):
@@ -118,6 +116,15 @@ def check(value: Any, schema: Mapping[str, Any], name: str) -> Any:
             raise ApiError(400, f"{name} has too many items")
         return [check(item, schema["items"], f"each item of {name}") for item in value]
     raise AssertionError(f"unhandled schema {schema!r}")  # a bug in the table below
+
+
+def _is_type(value: Any, kind: object) -> bool:
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if kind == "number":
+        return isinstance(value, (int, float))
+    python = {"string": str, "integer": int, "array": list, "object": dict}.get(str(kind))
+    return python is not None and isinstance(value, python)
 
 
 def _describe(schema: Mapping[str, Any]) -> str:
