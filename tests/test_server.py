@@ -550,3 +550,45 @@ def _wait_for(condition: Any, timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.05)
+
+
+# -- the store pool, in process -----------------------------------------------------------------
+
+
+def test_the_pool_never_closes_a_store_in_use_and_closes_all_at_shutdown(tmp_path: Path) -> None:
+    from elastimem.server.pool import StorePool, open_store
+
+    async def main() -> None:
+        opened: list[Any] = []
+
+        async def opener(user: str) -> Any:
+            store = await open_store(str(tmp_path), user, disable_builtin_embedder=True)
+            opened.append(store)
+            return store
+
+        async def closed(store: Any) -> bool:
+            for _ in range(3000):  # closing finishes off the loop
+                try:
+                    await store.facts()
+                except elastimem.ClosedError:
+                    return True
+                await asyncio.sleep(0.01)
+            return False
+
+        pool = StorePool(opener, max_open=1)
+        async with pool.lease("ana") as ana:
+            async with pool.lease("ben") as ben:  # over the bound, but ana is in use: kept
+                await ana.remember("k", "a")
+                await ben.remember("k", "b")
+                assert len(pool) == 2
+            assert await closed(ben)  # done with and least recently used
+            assert await ana.facts() == {"k": "a"}  # still in use, still open
+        async with pool.lease("ana") as again, pool.lease("ana") as same:
+            assert again is same is ana  # one open store per user, shared
+        await pool.close_all()
+        assert all([await closed(store) for store in opened])
+        with pytest.raises(elastimem.ConfigError, match="shutting down"):
+            async with pool.lease("ana"):
+                pass
+
+    asyncio.run(main())
