@@ -533,15 +533,33 @@ def test_sigterm_drains_requests_in_flight_and_closes_every_store(tmp_path: Path
             assert answered <= mem.stats()["messages"] // 2 <= answered + 1
 
 
-def test_a_postgresql_target_is_refused_until_supported(tmp_path: Path) -> None:
-    keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({TOKENS["ana"]: "ana"}))
-    cmd = [sys.executable, "-m", "elastimem.cli", "--db", "postgresql://localhost/mem", "serve"]
+@pytest.mark.parametrize(
+    ("target", "keys", "message"),
+    [
+        ("postgresql://localhost/mem", None, "PostgreSQL stores are not supported yet"),
+        ("a-file", None, "is a file; elastimem serve needs a folder"),
+        ("users", "{not json", "is not valid JSON"),
+        ("users", json.dumps({"tiny-tok": "ana"}), "key #1"),
+        ("users", json.dumps({TOKENS["ana"]: "../ana"}), "user_id='../ana' is invalid"),
+        ("users", "{}", "non-empty JSON object"),
+    ],
+    ids=["postgresql", "file", "keys-not-json", "short-token", "bad-user-id", "no-keys"],
+)
+def test_a_target_or_keys_file_it_cannot_serve_is_refused_at_start(
+    tmp_path: Path, target: str, keys: str | None, message: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    keys_path = tmp_path / "keys.json"
+    keys_path.write_text(keys if keys is not None else json.dumps({TOKENS["ana"]: "ana"}))
+    if "://" not in target:
+        target = str(tmp_path / target)
+    cmd = [sys.executable, "-m", "elastimem.cli", "--db", target, "serve"]
     result = subprocess.run(
-        [*cmd, "--keys", str(keys)], capture_output=True, text=True, timeout=120
+        [*cmd, "--keys", str(keys_path)], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 1
-    assert "PostgreSQL stores are not supported yet" in result.stderr
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr
+    assert "tiny-tok" not in result.stderr and TOKENS["ana"] not in result.stderr
 
 
 def _wait_for(condition: Any, timeout: float = 60.0) -> None:

@@ -12,6 +12,7 @@ its authenticated principal, so an MCP session only answers the key's user that 
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,9 @@ class McpEndpoint:
         from ..mcp_server import build_server
 
         server = build_server(_CallerStore())
+        if not logging.getLogger("elastimem").isEnabledFor(logging.INFO):
+            # The SDK logs each session at INFO on its own handler; quiet unless -v.
+            logging.getLogger("mcp").setLevel(logging.WARNING)
         if not hasattr(server, "middleware"):  # mcp 1.x: no per-message middleware
             raise ImportError(NEEDS_SDK)
 
