@@ -28,7 +28,7 @@ import elastimem  # noqa: E402
 from elastimem.server import rest  # noqa: E402
 
 START_TIMEOUT = 90.0
-USERS = ("ana", "ben", "cy", "dee", "eve", "fay", "gus", "hal")
+USERS = ("ana", "ben", "cy", "dee", "eve", "fay", "gus", "hal", "ivy")
 TOKENS = {user: f"token-{user}-{'x' * 24}" for user in USERS}
 
 
@@ -360,6 +360,15 @@ def test_a_body_over_the_limit_is_413_declared_or_streamed(server: Server) -> No
     assert _ok(request(server, "GET", "/healthz")) == {"status": "ok"}
 
 
+def test_a_store_that_cannot_open_is_503_naming_no_path(server: Server) -> None:
+    (server.root / "ivy.db").mkdir(parents=True)  # a folder where ivy's store should be
+    status, payload = request(server, "GET", "/v1/facts", "ivy")
+    assert status == 503 and "cannot be opened" in payload["error"]
+    assert str(server.root) not in json.dumps(payload)
+    assert str(server.root / "ivy.db") in server.log()  # the operator gets the detail
+    assert _ok(request(server, "GET", "/v1/facts", "dee")) == {"facts": {}}
+
+
 # -- concurrency and the store pool -------------------------------------------------------------
 
 
@@ -574,7 +583,7 @@ def _wait_for(condition: Any, timeout: float = 60.0) -> None:
 
 
 def test_the_pool_never_closes_a_store_in_use_and_closes_all_at_shutdown(tmp_path: Path) -> None:
-    from elastimem.server.pool import StorePool, open_store
+    from elastimem.server.pool import StorePool, StoreUnavailable, open_store
 
     async def main() -> None:
         opened: list[Any] = []
@@ -605,7 +614,7 @@ def test_the_pool_never_closes_a_store_in_use_and_closes_all_at_shutdown(tmp_pat
             assert again is same is ana  # one open store per user, shared
         await pool.close_all()
         assert all([await closed(store) for store in opened])
-        with pytest.raises(elastimem.ConfigError, match="shutting down"):
+        with pytest.raises(StoreUnavailable, match="shutting down"):
             async with pool.lease("ana"):
                 pass
 

@@ -33,7 +33,7 @@ from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
 from . import rest
 from .keys import KeyRing
 from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
-from .pool import DEFAULT_MAX_OPEN, StorePool, open_store
+from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
 
 logger = logging.getLogger("elastimem")
 
@@ -103,6 +103,8 @@ def _failure_response(exc: BaseException, where: str) -> JSONResponse:
         return _error(exc.status, exc.message)
     if isinstance(exc, ConfigError):  # the caller's argument, as the store judged it
         return _error(400, str(exc).split("\n")[0])
+    if isinstance(exc, StoreUnavailable):
+        return _error(503, str(exc))
     if isinstance(exc, (StoreLockedError, ClosedError)):
         logger.warning("%s: %s: %s", where, type(exc).__name__, exc)
         return _error(503, "the store is busy or closing; retry in a moment")

@@ -49,6 +49,10 @@ async def open_store(target: str, user_id: str, **kw: Any) -> aio.AsyncElastimem
     return await aio.open_user(check_target(target), user_id, **kw)
 
 
+class StoreUnavailable(Exception):
+    """The user's store cannot be had now (shutting down, or it failed to open: logged)."""
+
+
 class _Entry:
     __slots__ = ("leases", "store")
 
@@ -94,7 +98,7 @@ class StorePool:
     async def _acquire(self, user_id: str) -> _Entry:
         while True:
             if self._shut:
-                raise ConfigError("the server is shutting down; retry in a moment")
+                raise StoreUnavailable("the server is shutting down; retry in a moment")
             entry = self._open.get(user_id)
             if entry is not None:
                 entry.leases += 1
@@ -114,7 +118,14 @@ class StorePool:
                 opening.add_done_callback(functools.partial(self._opened, user_id))
             # Shielded: a request cancelled while waiting must not cancel the open others
             # wait for (its store would open anyway and then never be closed).
-            await asyncio.shield(opening)
+            try:
+                await asyncio.shield(opening)
+            except Exception as exc:
+                # The message names server paths: for the log, not for the client.
+                logger.error("cannot open the store of user %s: %s", user_id, exc)
+                raise StoreUnavailable(
+                    "this user's store cannot be opened; see the server log"
+                ) from exc
 
     def _opened(self, user_id: str, task: asyncio.Task[aio.AsyncElastimem]) -> None:
         self._opening.pop(user_id, None)
