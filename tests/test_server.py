@@ -360,6 +360,25 @@ def test_a_body_over_the_limit_is_413_declared_or_streamed(server: Server) -> No
     assert _ok(request(server, "GET", "/healthz")) == {"status": "ok"}
 
 
+def test_an_export_the_client_leaves_midway_stops_and_frees_the_store(server: Server) -> None:
+    user = "hal"
+    words = " ".join(f"word{i}" for i in range(20_000))  # ~170 KB a turn
+    for _ in range(4):
+        turn = {"user_text": words, "assistant_text": "ok"}
+        assert request(server, "POST", "/v1/turns", user, turn)[0] == 201
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(
+            f"GET /v1/export HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKENS[user]}"
+            "\r\n\r\n".encode()
+        )
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    # Gone after one read: the export stops and gives the store back (shutdown, which
+    # waits for every store in use, would hang otherwise: the fixture checks it exits 0).
+    status, text = request(server, "GET", "/v1/export", user)
+    assert status == 200 and json.loads(text.splitlines()[-1])["table"] == "_end"
+    assert _ok(request(server, "GET", "/v1/stats", user))["messages"] >= 8
+
+
 def test_a_store_that_cannot_open_is_503_naming_no_path(server: Server) -> None:
     (server.root / "ivy.db").mkdir(parents=True)  # a folder where ivy's store should be
     status, payload = request(server, "GET", "/v1/facts", "ivy")
@@ -617,5 +636,33 @@ def test_the_pool_never_closes_a_store_in_use_and_closes_all_at_shutdown(tmp_pat
         with pytest.raises(StoreUnavailable, match="shutting down"):
             async with pool.lease("ana"):
                 pass
+
+    asyncio.run(main())
+
+
+def test_an_export_stopped_after_one_chunk_gives_its_store_back(tmp_path: Path) -> None:
+    from contextlib import AsyncExitStack
+
+    from elastimem.server.pool import StorePool, open_store
+
+    with elastimem.open_user(tmp_path, "ana", disable_builtin_embedder=True) as mem:
+        for i in range(300):  # an export of a few MB: many chunks, more than ever in flight
+            mem.record_turn(f"turn {i} " + "lorem ipsum dolor " * 400, "ok")
+
+    async def main() -> None:
+        async def opener(user: str) -> Any:
+            return await open_store(str(tmp_path), user, disable_builtin_embedder=True)
+
+        pool = StorePool(opener)
+        stack = AsyncExitStack()
+        store = await stack.enter_async_context(pool.lease("ana"))
+        chunks, stop = await rest.export_stream(stack, store)
+        first = await chunks.__anext__()
+        assert first.startswith(b'{"format":"elastimem-export"')
+        stop.set()  # what the response does when the client goes away
+        await chunks.aclose()
+        await pool.close_all()  # waits for the export's lease: returns once it stopped
+        with pytest.raises(elastimem.ClosedError):
+            await store.facts()
 
     asyncio.run(main())

@@ -227,8 +227,9 @@ class AsyncElastimem:
                 executors = [self._executor, self._foreground_thread]
             for executor in executors:
                 if executor is not None:
-                    # Calls still queued would only meet a closed store.
-                    executor.shutdown(wait=False, cancel_futures=True)
+                    # Calls still queued run and meet the closed store (ClosedError), so
+                    # their callers see why; the idle threads then exit.
+                    executor.shutdown(wait=False)
 
 
 async def open(  # noqa: A001 - the documented entry point, as elastimem.open

@@ -153,15 +153,19 @@ def build_app(options: ServiceOptions) -> Starlette:
                         raise rest.ApiError(400, f"{where} takes no arguments")
                     stack = AsyncExitStack()
                     mem = await stack.enter_async_context(pool().lease(user_id))
-                    chunks, stop = await rest.export_stream(stack, mem)
+                    try:
+                        chunks, stop = await rest.export_stream(stack, mem)
+                    except BaseException:
+                        await stack.aclose()
+                        raise
                     return _ExportResponse(chunks, stop)
                 async with pool().lease(user_id) as mem:
                     result = await rest.run_endpoint(
                         endpoint, mem, body, request.query_params, dict(request.path_params)
                     )
+                return JSONResponse(result, status_code=endpoint.status)
             except Exception as exc:
                 return _failure_response(exc, where)
-            return JSONResponse(result, status_code=endpoint.status)
 
         handle.__name__ = endpoint.operation_id
         return Route(endpoint.path, handle, methods=[endpoint.method])

@@ -549,6 +549,7 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
                 "400": error,
                 "401": error,
                 "413": error,
+                "503": error,
             },
         }
         if ep.body:
