@@ -402,7 +402,7 @@ def test_a_store_that_cannot_open_is_503_naming_no_path(server: Server) -> None:
     status, payload = request(server, "GET", "/v1/facts", "ivy")
     assert status == 503 and "cannot be opened" in payload["error"]
     assert str(server.root) not in json.dumps(payload)
-    assert str(server.root / "ivy.db") in server.log()  # the operator gets the detail
+    _wait_for(lambda: "ivy.db" in server.log())  # the operator gets the detail
     assert _ok(request(server, "GET", "/v1/facts", "dee")) == {"facts": {}}
 
 
@@ -444,7 +444,7 @@ def test_stores_survive_eviction_from_the_pool(server: Server) -> None:
     for user in reversed(users):
         facts = _ok(request(server, "GET", "/v1/facts", user))["facts"]
         assert facts["pool_check"] == user
-    assert "least recently used" in server.log()
+    _wait_for(lambda: "least recently used" in server.log())
 
 
 # -- MCP over streamable HTTP -------------------------------------------------------------------
@@ -684,3 +684,44 @@ def test_an_export_stopped_after_one_chunk_gives_its_store_back(tmp_path: Path) 
             await store.facts()
 
     asyncio.run(main())
+
+
+def test_without_the_mcp_sdk_rest_works_and_mcp_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastimem import mcp_server
+    from elastimem.server.app import ServiceOptions, build_app
+    from elastimem.server.keys import KeyRing
+
+    def missing() -> Any:
+        raise mcp_server.MissingExtraError(mcp_server.MISSING_EXTRA_MESSAGE)
+
+    monkeypatch.setattr(mcp_server, "load_sdk", missing)
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({TOKENS["ana"]: "ana"}))
+    app = build_app(ServiceOptions(str(tmp_path / "users"), KeyRing(keys)))
+
+    async def call(path: str, method: str = "GET") -> tuple[int, Any]:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+            "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+            "root_path": "", "server": ("127.0.0.1", 1), "client": ("127.0.0.1", 2),
+            "headers": [(b"authorization", f"Bearer {TOKENS['ana']}".encode())],
+        }  # fmt: skip
+        await app(scope, receive, send)
+        body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return sent[0]["status"], json.loads(body)
+
+    for method in ("GET", "POST"):
+        status, payload = asyncio.run(call("/mcp", method))
+        assert status == 501 and "pip install 'elastimem[mcp]'" in payload["error"]
+    status, document = asyncio.run(call("/openapi.json"))
+    assert status == 200 and "/mcp" not in document["paths"] and "/v1/facts" in document["paths"]

@@ -40,6 +40,7 @@ logger = logging.getLogger("elastimem")
 DEFAULT_MAX_BODY = 1024 * 1024
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 UNAUTHORIZED = "a valid bearer token is required"
+MCP_METHODS = ["GET", "POST", "DELETE"]
 
 
 @dataclass
@@ -184,14 +185,14 @@ def build_app(options: ServiceOptions) -> Starlette:
     async def openapi(request: Request) -> Response:
         return JSONResponse(document)
 
-    async def no_mcp(scope: Scope, receive: Receive, send: Send) -> None:
-        await _error(501, NEEDS_SDK)(scope, receive, send)
+    async def no_mcp(request: Request) -> Response:
+        return _error(501, NEEDS_SDK)
 
     routes = [route(endpoint) for endpoint in rest.ENDPOINTS]
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/mcp", mcp if mcp is not None else no_mcp),
+        Route("/mcp", mcp) if mcp is not None else Route("/mcp", no_mcp, methods=MCP_METHODS),
     ]
 
     @asynccontextmanager

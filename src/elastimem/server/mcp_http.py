@@ -42,9 +42,12 @@ class McpEndpoint:
     """The ``/mcp`` ASGI app, and the session manager to run for the app's lifetime."""
 
     def __init__(self, pool: Callable[[], StorePool], *, max_body: int, host: str) -> None:
-        from ..mcp_server import build_server
+        from ..mcp_server import MissingExtraError, build_server
 
-        server = build_server(_CallerStore())
+        try:
+            server = build_server(_CallerStore())
+        except MissingExtraError as exc:
+            raise ImportError(NEEDS_SDK) from exc
         if not logging.getLogger("elastimem").isEnabledFor(logging.INFO):
             # The SDK logs each session at INFO on its own handler; quiet unless -v.
             logging.getLogger("mcp").setLevel(logging.WARNING)
