@@ -174,8 +174,8 @@ def build_app(options: ServiceOptions) -> Starlette:
     mcp: McpEndpoint | None
     try:
         mcp = McpEndpoint(pool, max_body=options.max_body, host=options.host)
-    except ImportError as exc:
-        logger.warning("/mcp is off: %s", exc if str(exc) == NEEDS_SDK else NEEDS_SDK)
+    except ImportError:
+        logger.warning("/mcp is off: %s", NEEDS_SDK)
         mcp = None
     document = rest.openapi_document(mcp=mcp is not None)
 
