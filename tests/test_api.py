@@ -45,6 +45,7 @@ def test_all_is_sorted_and_complete() -> None:
         "LLMError",
         "EmbedderError",
         "__version__",
+        "aio",
         "llms",
     }
     assert set(elastimem.__all__) == expected

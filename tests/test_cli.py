@@ -42,6 +42,7 @@ SPEC_COMMANDS = {
     "reindex",
     "graph",
     "serve-mcp",
+    "serve",
     "demo",
     "path",
     "timeline",

@@ -15,7 +15,7 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0+dev"
 
-from . import llms
+from . import aio, llms
 from .assembly import ContextPlan
 from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
@@ -76,6 +76,7 @@ __all__ = [
     "Tier",
     "TimelineResult",
     "__version__",
+    "aio",
     "llms",
     "open",
     "open_user",

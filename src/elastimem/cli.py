@@ -1118,5 +1118,9 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .server.command import serve_command  # noqa: E402 - below what it is built from
+
+main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+
 if __name__ == "__main__":  # pragma: no cover
     main()
