@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ def test_all_is_sorted_and_complete() -> None:
         "LLMError",
         "EmbedderError",
         "__version__",
+        "aio",
         "llms",
     }
     assert set(elastimem.__all__) == expected
@@ -268,6 +270,7 @@ def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
     expected = {
         "path",
         "db_bytes",
+        "file_mode",
         "fts_enabled",
         "schema_version",
         "tier",
@@ -294,6 +297,8 @@ def test_stats_has_every_documented_key(mem: elastimem.Elastimem) -> None:
     stats = mem.stats()
     assert expected <= set(stats)
     assert stats["embedder"] == "none" and stats["db_bytes"] > 0 and stats["graph_nodes"] == 0
+    if os.name == "posix":
+        assert stats["file_mode"] == "0600"
 
 
 def test_logging_goes_only_to_the_elastimem_logger(

@@ -42,8 +42,12 @@ SPEC_COMMANDS = {
     "reindex",
     "graph",
     "serve-mcp",
+    "serve",
     "demo",
     "path",
+    "timeline",
+    "lessons",
+    "context",
 }
 
 
@@ -120,6 +124,7 @@ def test_fact_commands_and_exit_codes(db: str) -> None:
     assert run_json("--db", db, "remember", "favorite color", "teal") == {
         "changed": True,
         "reason": "stored",
+        "key": "favorite_color",
     }
     assert run_json("--db", db, "remember", "favorite_color", "green")["changed"] is True
     assert run_json("--db", db, "facts") == {"favorite_color": "green"}
@@ -144,7 +149,7 @@ def test_fact_commands_and_exit_codes(db: str) -> None:
     again = run("--db", db, "forget", "favorite_color")
     assert again.returncode == 1 and json.loads(again.stdout) == {"forgotten": False}
     table = run("--db", db, "--format", "table", "history", "favorite_color").stdout.decode()
-    assert table.splitlines()[0].split()[:3] == ["id", "key", "value"]
+    assert table.splitlines()[0].split()[:3] == ["id", "value", "valid_from"]
     assert "teal" in table and "green" in table
     stats = run_json("--db", db, "--tier", "lite", "stats")
     assert stats["tier"] == "lite" and stats["fact_versions"] == 2 and stats["facts"] == 0
@@ -221,7 +226,9 @@ def test_erase_through_the_real_script(db: str) -> None:
     counts = run_json("--db", db, "erase", "--key", "secret", "--yes")
     assert counts["facts"] == 1
     assert b"zqxjvorblax" not in Path(db).read_bytes()
-    assert run_json("--db", db, "erase", "--session", "99", "--yes")["sessions"] == 0
+    nothing = run("--db", db, "erase", "--session", "99", "--yes")
+    assert nothing.returncode == 1 and json.loads(nothing.stdout)["sessions"] == 0
+    assert "nothing to erase: no session 99" in nothing.stderr.decode()
 
 
 def test_path_shows_the_file_a_symlink_opens(tmp_path: Path) -> None:
@@ -283,12 +290,11 @@ def test_export_to_a_reader_that_stops_early_is_no_error(tmp_path: Path, db: str
 def test_table_columns_line_up_with_wide_characters(db: str) -> None:
     run_json("--db", db, "remember", "都市名前", "東京")
     run_json("--db", db, "remember", "color", "teal")
-    table = run("--db", db, "--format", "table", "facts").stdout.decode().splitlines()
-    rows = table[2:]
+    rows = run("--db", db, "--format", "table", "facts").stdout.decode().splitlines()
     starts = {
         cli._width(line[: line.index(v)]) for line in rows for v in ("東京", "teal") if v in line
     }
-    assert len(rows) == 2 and len(starts) == 1, table  # both values start in one column
+    assert len(rows) == 2 and len(starts) == 1, rows  # both values start in one column
 
 
 def test_demo_with_an_unreachable_llm_says_so_at_once(tmp_path: Path) -> None:
@@ -439,6 +445,7 @@ def test_reindex_without_an_embedder_says_so(db: str, monkeypatch: pytest.Monkey
         return original(self, **kw)
 
     monkeypatch.setattr(cli.CliState, "store", without_embedder)
+    elastimem.Elastimem(db, disable_builtin_embedder=True).close()  # reindex needs a store
     result = CliRunner().invoke(cli.main, ["--db", db, "reindex"])
     assert result.exit_code == 0, result.output
     assert "no usable embedder" in result.output
@@ -569,3 +576,288 @@ def test_ctrl_c_during_import_leaves_the_store_consistent(tmp_path: Path) -> Non
     assert stats["messages"] == stats["chunks"] == 40_000
     hits = run_json("--db", str(target), "recall", "message 39999", "-k", "1")
     assert hits and "39999" in hits[0]["text"]
+
+
+# -- the CLI never harms or invents a file --------------------------------------------------------
+
+
+def listing(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def test_a_text_file_given_as_the_store_is_refused_untouched(tmp_path: Path) -> None:
+    """`elastimem --db notes.db stats` renamed the user's notes to notes.db.corrupt-… and
+    answered with the stats of a fresh store, exit 0."""
+    notes = tmp_path / "notes.db"
+    notes.write_text("call the dentist\nbuy milk\n")
+    before = listing(tmp_path)
+    done = run("--db", str(notes), "stats")
+    assert done.returncode == 1 and done.stdout == b""
+    err = done.stderr.decode()
+    assert f"{notes} is not an elastimem store (not an SQLite file)" in err
+    assert "Traceback" not in err
+    assert listing(tmp_path) == before
+
+
+def test_a_damaged_store_is_set_aside_and_the_cli_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    path.write_bytes(b"SQLite format 3\x00" + b"\xee" * 3000)
+    # A read leaves it where it is (setting it aside would leave nothing to read) ...
+    before = listing(tmp_path)
+    read = run("--db", str(path), "facts")
+    assert read.returncode == 1 and "is a damaged store" in read.stderr.decode()
+    assert listing(tmp_path) == before
+    # ... a command that stores something moves it aside, and says where.
+    done = run("--db", str(path), "remember", "color", "teal")
+    assert done.returncode == 0, done.stderr.decode()
+    aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name]
+    assert len(aside) == 1
+    assert str(aside[0]) in done.stderr.decode()
+
+
+READ_COMMANDS = [
+    ["stats"],
+    ["recall", "dog"],
+    ["explain", "dog"],
+    ["facts"],
+    ["history", "color"],
+    ["sessions"],
+    ["export", "OUT"],
+    ["graph"],
+    ["timeline", "where do I live?"],
+    ["lessons"],
+    ["context", "hello"],
+    # Writing commands with nothing to act on in a new store create none either.
+    ["forget", "color"],
+    ["erase", "--key", "color", "--yes"],
+    ["reindex"],
+]
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=lambda a: a[0])
+def test_commands_on_a_missing_store_create_nothing(tmp_path: Path, args: list[str]) -> None:
+    missing = tmp_path / "no" / "such" / "typo.db"
+    args = [str(tmp_path / "out.jsonl") if a == "OUT" else a for a in args]
+    result = CliRunner().invoke(cli.main, ["--db", str(missing), *args])
+    assert result.exit_code == 1, result.output
+    assert f"there is no elastimem store at {missing}" in result.output
+    assert "remember KEY VALUE" in result.output
+    assert list(tmp_path.iterdir()) == []  # no folder, no file, no export
+
+
+def test_facts_on_a_mistyped_store_is_an_error_not_an_empty_answer(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    done = run("--db", str(tmp_path / "typo.db"), "facts")
+    assert done.returncode == 1 and done.stdout == b""
+    assert f"no elastimem store at {tmp_path / 'typo.db'}" in done.stderr.decode()
+    assert list(tmp_path.iterdir()) == []
+    # The default store in the app folder: not created by a read either.
+    done = run("stats")
+    assert done.returncode == 1 and "no elastimem store" in done.stderr.decode()
+    assert not Path(click.get_app_dir("elastimem")).exists()
+
+
+def test_reads_of_an_existing_store_leave_its_folder_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("color", "teal")
+        mem.record_turn("I walked the dog by the river.", "Nice.")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args in (["facts"], ["stats"], ["recall", "dog"], ["sessions"], ["lessons"]):
+        assert CliRunner().invoke(cli.main, ["--db", str(path), *args]).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_storing_commands_create_the_store_and_its_folders(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "folder" / "memory.db"
+    result = CliRunner().invoke(cli.main, ["--db", str(path), "remember", "color", "teal"])
+    assert result.exit_code == 0, result.output
+    assert path.exists()
+
+
+def test_remember_exit_codes_and_the_stored_key(tmp_path: Path) -> None:
+    db = str(tmp_path / "r.db")
+    runner = CliRunner()
+    stored = runner.invoke(cli.main, ["--db", db, "remember", "Favorite Color", "teal"])
+    assert stored.exit_code == 0
+    assert json.loads(stored.stdout) == {"changed": True, "reason": "stored",
+                                         "key": "favorite_color"}  # fmt: skip
+    same = runner.invoke(cli.main, ["--db", db, "remember", "favorite_color", "teal"])
+    assert same.exit_code == 0 and json.loads(same.stdout)["reason"] == "already stored"
+    # Refused by the guards: exit 1 and the real reason (it said "empty key or value").
+    for key, value, reason in (
+        ("!!!", "x", "key has no letters or digits"),
+        ("note", "   ", "empty value"),
+        ("note", "x" * 501, "value too long"),
+    ):
+        refused = runner.invoke(cli.main, ["--db", db, "remember", key, value])
+        assert refused.exit_code == 1, refused.output
+        assert json.loads(refused.stdout)["reason"] == f"rejected: {reason}"
+        assert f"Error: the fact was not stored: {reason}" in refused.stderr
+    facts = runner.invoke(cli.main, ["--db", db, "facts"])
+    assert json.loads(facts.stdout) == {"favorite_color": "teal"}
+
+
+def test_forget_and_erase_of_nothing_exit_1_with_a_message(tmp_path: Path) -> None:
+    db = str(tmp_path / "f.db")
+    runner = CliRunner()
+    runner.invoke(cli.main, ["--db", db, "remember", "color", "teal"])
+    forget = runner.invoke(cli.main, ["--db", db, "forget", "pet"])
+    assert forget.exit_code == 1 and json.loads(forget.stdout) == {"forgotten": False}
+    assert "nothing to forget" in forget.stderr and "'pet'" in forget.stderr
+    erase = runner.invoke(cli.main, ["--db", db, "erase", "--key", "pet", "--yes"])
+    assert erase.exit_code == 1 and not any(json.loads(erase.stdout).values())
+    assert "nothing to erase: no fact has the key 'pet'" in erase.stderr
+    erased = runner.invoke(cli.main, ["--db", db, "erase", "--key", "color", "--yes"])
+    assert erased.exit_code == 0 and json.loads(erased.stdout)["facts"] == 1
+
+
+# -- tables --------------------------------------------------------------------------------------
+
+
+def _table_store(path: Path) -> None:
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.begin_session("tables", at="2025-03-02T18:00:00Z")
+        mem.record_turn(
+            "My border collie Biscuit loves the long trail around Multnomah Falls, and after "
+            "every hike she sleeps for the whole afternoon on the sofa by the window.",
+            "That sounds like a very happy dog with a lovely routine after the hikes.",
+            at="2025-03-02T18:00:00Z",
+        )
+        mem.end_session()
+        mem.remember("location", "Chicago", at="2025-01-01T00:00:00Z")
+        mem.remember("location", "Portland", at="2025-02-01T00:00:00Z")
+        mem.remember("hobbies", "hiking with the dog, " * 12 + "and reading old maps by the fire")
+
+
+@pytest.mark.parametrize("columns", [60, 80, 140])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explain", "dog hike"],
+        ["recall", "dog hike"],
+        ["history", "location"],
+        ["sessions"],
+        ["stats"],
+        ["facts"],
+        ["timeline", "where do I live?"],
+    ],
+    ids=lambda a: a[0],
+)
+def test_tables_fit_the_terminal_and_keep_nested_values_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], columns: int
+) -> None:
+    path = tmp_path / "t.db"
+    _table_store(path)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = CliRunner().invoke(cli.main, ["--db", str(path), "--format", "table", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines and all(cli._width(line) <= columns for line in lines), lines
+    assert not any('{"' in line or "[{" in line for line in lines)  # no JSON in a cell
+
+
+def test_table_layouts_show_the_nested_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.db"
+    _table_store(path)
+    runner = CliRunner()
+
+    def table(*args: str, columns: int = 80) -> str:
+        monkeypatch.setenv("COLUMNS", str(columns))
+        result = runner.invoke(cli.main, ["--db", str(path), "--format", "table", *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    # explain: every leg of every hit, as columns when they fit, else as lines per hit.
+    wide = table("explain", "dog hike", columns=160).splitlines()
+    header = next(line for line in wide if line.startswith("#"))
+    assert header.split()[:5] == ["#", "kind", "id", "date", "score"]
+    assert {"fts", "vector", "fused", "recency+", "text"} <= set(header.split())
+    narrow = table("explain", "dog hike", columns=60)
+    assert "  fts " in narrow and "  text " in narrow and "sofa by the window" in narrow
+    # history: one version a row, the old value and when it ended.
+    history = table("history", "location").splitlines()
+    assert history[0].split() == ["id", "value", "valid_from", "invalidated_at", "source"]
+    assert "Chicago" in history[2] and "2025-02-01 00:00Z" in history[2]
+    # A long fact value wraps onto indented lines; nothing of it is cut.
+    facts = table("facts", columns=60)
+    assert " ".join(facts.split()).count("hiking with the dog,") == 12
+    assert "reading old maps by the fire" in " ".join(facts.split())
+    # A long title is cut at a word, with an ellipsis.
+    sessions = table("sessions", columns=70).splitlines()
+    title = sessions[2].split("tables", 1)[1].strip()
+    assert title.endswith("…")
+    assert "My border collie Biscuit loves the long trail".startswith(title[:-1].rstrip())
+
+
+def test_table_renderer_indents_nested_dicts_and_cuts_only_text() -> None:
+    lines = cli._table({"tier": "full", "llm_calls": {"extract": 3, "summary": 1}, "none": {}}, 80)
+    assert lines == [
+        "tier  full",
+        "llm_calls",
+        "  extract  3",
+        "  summary  1",
+        "none  (none)",
+    ]
+    rows = [{"id": 1, "note": "word " * 40, "when": "2025-01-01T10:20:30.123456Z"}]
+    table = cli._table(rows, 50)
+    assert all(len(line) <= 50 for line in table)
+    assert table[2].startswith("1   word word") and "word… " in table[2]
+    assert table[2].endswith("  2025-01-01 10:20Z")  # the timestamp column is never cut
+    assert cli._clip("a sentence that goes on and on", 16) == "a sentence that…"
+    assert cli._clip("unbreakable" * 3, 10) == "unbreakab…"
+
+
+# -- timeline, lessons, context, demo twice --------------------------------------------------------
+
+
+def test_timeline_lessons_and_context(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("location", "Chicago", at="2025-01-01T00:00:00Z")
+        mem.remember("location", "Portland", at="2025-02-01T00:00:00Z")
+        mem.add_lesson("Confirm the time zone before scheduling anything.")
+        mem.add_lesson("Keep answers short in the morning.")
+        mem.record_turn("My dog Biscuit loves the beach.", "Lovely!")
+    with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
+        expected = mem.build_context("a trip with my dog")  # as a new process sees it
+    runner = CliRunner()
+    db = ["--db", str(path)]
+    timeline = json.loads(runner.invoke(cli.main, [*db, "timeline", "where did I live?"]).stdout)
+    assert timeline["key"] == "location"
+    assert [v["value"] for v in timeline["versions"]] == ["Chicago", "Portland"]
+    lessons = json.loads(runner.invoke(cli.main, [*db, "lessons"]).stdout)
+    assert len(lessons) == 2 and "Confirm the time zone before scheduling anything." in lessons
+    assert len(json.loads(runner.invoke(cli.main, [*db, "lessons", "-n", "1"]).stdout)) == 1
+    assert runner.invoke(cli.main, [*db, "lessons", "-n", "0"]).exit_code == 2
+    text = runner.invoke(cli.main, [*db, "context", "a trip with my dog"])
+    assert text.exit_code == 0 and text.stdout == expected.render() + "\n"
+    assert "Biscuit" in text.stdout and "LESSONS" in text.stdout
+    plan = json.loads(
+        runner.invoke(cli.main, [*db, "--format", "json", "context", "a trip"]).stdout
+    )
+    assert set(plan) == {"rendered", "sections", "tokens", "keep_last_n_turns"}
+    assert set(plan["sections"]) == set(plan["tokens"]) and "Portland" in plan["rendered"]
+
+
+def test_demo_twice_on_one_store_stores_it_once(tmp_path: Path) -> None:
+    kept = tmp_path / "demo.db"
+    first = run("demo", "--no-embedder", "--db", str(kept), timeout=120)
+    assert first.returncode == 0, first.stderr.decode()
+    counts = {k: v for k, v in run_json("--db", str(kept), "stats").items()
+              if k in ("sessions", "messages", "chunks", "fact_versions")}  # fmt: skip
+    again = run("demo", "--no-embedder", "--db", str(kept), timeout=120)
+    assert again.returncode == 0, again.stderr.decode()
+    out = again.stdout.decode()
+    assert "already holds the demo" in out
+    assert "Biscuit" in out and "WHAT YOU KNOW ABOUT THE USER" in out  # shown again
+    after = run_json("--db", str(kept), "stats")
+    assert {k: after[k] for k in counts} == counts == {
+        "sessions": 3, "messages": 18, "chunks": 9, "fact_versions": counts["fact_versions"]
+    }  # fmt: skip

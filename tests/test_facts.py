@@ -125,7 +125,8 @@ def test_explicit_placeholder_and_self_referential_values_are_stored(
         ("user_message", "hello", "transcript"),
         ("xkcdqzt", "v", "gibberish"),
         ("what_user_said", "hi", "transcript"),
-        ("", "x", "empty"),
+        ("", "x", "key has no letters or digits"),
+        ("k", "  ", "empty value"),
         ("k", "x" * 501, "too long"),
     ],
 )

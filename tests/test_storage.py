@@ -25,8 +25,9 @@ def test_missing_parent_folders_are_created_and_tilde_expanded(isolated_env: Pat
 
 
 def test_garbage_file_is_set_aside_with_its_side_files(tmp_path: Path) -> None:
+    """A real SQLite file (its header intact) that fails the probe: §4.5 sets it aside."""
     path = tmp_path / "memory.db"
-    garbage = b"this is not a database at all " * 200
+    garbage = db.SQLITE_HEADER + b"this is not a database at all " * 200
     path.write_bytes(garbage)
     Path(str(path) + "-wal").write_bytes(b"junk wal")
     Path(str(path) + "-shm").write_bytes(b"junk shm")

@@ -38,14 +38,18 @@ from .values import (
 )
 
 if TYPE_CHECKING:
-    from . import llms
+    from . import aio, llms
 
     __version__: str
 
+# Submodules of the public surface loaded on first use (see __getattr__).
+_LAZY_MODULES = ("aio", "llms")
+
 
 def __getattr__(name: str) -> Any:
-    """``__version__`` and ``llms`` on first use: importlib.metadata and the HTTP client
-    modules cost ~0.1 s of every start (CLI, first recall) that most processes never use."""
+    """``__version__``, ``aio`` and ``llms`` on first use: importlib.metadata, asyncio and
+    the HTTP client modules cost ~0.2 s of every start (CLI, first recall) that most
+    processes never use."""
     if name == "__version__":
         from importlib import metadata
 
@@ -55,10 +59,10 @@ def __getattr__(name: str) -> Any:
             version = "0.0.0+dev"
         globals()["__version__"] = version
         return version
-    if name == "llms":
+    if name in _LAZY_MODULES:
         import importlib
 
-        return importlib.import_module(".llms", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -94,6 +98,7 @@ __all__ = [
     "Tier",
     "TimelineResult",
     "__version__",
+    "aio",
     "llms",
     "open",
     "open_user",

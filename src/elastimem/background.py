@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import db, episodic, graph, jobs, procedural, semantic
+from . import db, episodic, files, graph, jobs, procedural, semantic
 from .clock import now_ts
 from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
@@ -1165,6 +1165,7 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
         result: dict[str, Any] = {
             "path": store.path,
             "db_bytes": _db_bytes(store.path),
+            "file_mode": None if store.is_memory else files.file_mode(store.path),
             "fts_enabled": store.fts_enabled,
             "schema_version": db.get_meta_int(conn, "schema_version"),
             "tier": tier.name.lower(),

@@ -1,11 +1,13 @@
 """The ``elastimem`` command line: a thin layer over the Python API (SPEC §8.1).
 
-Data commands print JSON by default and aligned columns with ``--format table``. The store
-comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in the per-user app folder;
-``elastimem path`` prints which. Exit codes: 0 success, 1 a runtime error (its message on
-stderr) or ``forget`` with nothing to forget, 2 a usage error. Long work (``import``,
-``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back or keeps only whole
-batches, so the store stays consistent.
+Data commands print JSON by default and, with ``--format table``, lines and columns fitted
+to the terminal. The store comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in
+the per-user app folder; ``elastimem path`` prints which. Only commands that store something
+(``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
+and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
+the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long
+work (``import``, ``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back
+or keeps only whole batches, so the store stays consistent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import errno
 import json
 import logging
 import os
+import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -28,11 +32,11 @@ from typing import Any
 
 import click
 
+from . import files
 from .errors import ConfigError, ElastimemError, StoreError
 
 DB_ENV_VAR = "ELASTIMEM_DB"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-TABLE_CELL_LIMIT = 80
 DEMO_WAIT_SECONDS = 120.0
 
 
@@ -43,7 +47,7 @@ def default_db_path() -> str:
 @dataclasses.dataclass
 class CliState:
     db: str | None
-    output: str
+    output: str | None  # None: not given (JSON, except for `context`)
     tier: str | None
     verbose: bool
 
@@ -55,9 +59,26 @@ class CliState:
         # realpath, as the store resolves it: a symlink shows the file that opens.
         return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
 
+    def require_store(self) -> str:
+        """The store file, which must exist: commands that only read (or have nothing to act
+        on in a new store) never create one, so a mistyped ``--db`` is an error, not ``{}``."""
+        path = self.db_path()
+        if path != ":memory:" and not os.path.exists(path):
+            raise click.ClickException(
+                f"there is no elastimem store at {path} (nothing was created); check the path, "
+                "or create the store with a command that stores something, e.g. "
+                f"elastimem --db {shlex.quote(path)} remember KEY VALUE"
+            )
+        return path
+
     @contextmanager
-    def store(self, *, builtin_embedder: bool = False, **kw: Any) -> Iterator[Any]:
+    def store(
+        self, *, create: bool = False, builtin_embedder: bool = False, **kw: Any
+    ) -> Iterator[Any]:
         """An open store for one command; ``ElastimemError`` becomes exit 1 with its message.
+
+        Only commands that store something pass ``create``; for the others a missing store
+        is an error and nothing is created (no folder, no file).
 
         The built-in embedder is wired in only for commands that search or embed: a one-shot
         command would otherwise start loading the model for the worker's embedding backfill
@@ -65,11 +86,12 @@ class CliState:
         """
         from .store import Elastimem
 
+        path = self.db_path() if create else self.require_store()
         overrides: dict[str, Any] = {"disable_builtin_embedder": not builtin_embedder, **kw}
         if self.tier:
             overrides["tier_override"] = self.tier
         try:
-            mem = Elastimem(self.db_path(), **overrides)
+            mem = Elastimem(path, create=create, **overrides)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         try:
@@ -120,46 +142,255 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def emit(state: CliState, data: Any) -> None:
-    """Print ``data`` as JSON (default) or as an aligned table."""
+def emit(
+    state: CliState,
+    data: Any,
+    *,
+    table: Callable[[Any, int], list[str]] | None = None,
+) -> None:
+    """Print ``data`` as JSON (default) or, with ``--format table``, for people: ``table``
+    (a command's own layout) or the generic one, fitted to the terminal width."""
     data = _jsonable(data)
     if state.output == "table":
-        click.echo(_table(data))
+        width = _terminal_width()
+        lines = table(data, width) if table is not None else _table(data, width)
+        click.echo("\n".join(lines) if lines else "(none)")
     else:
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
-def _table(data: Any) -> str:
+# -- tables ------------------------------------------------------------------------------------
+#
+# A dict is shown as aligned "key  value" lines: long values wrap (never cut), a nested dict
+# is indented under its key, a nested list of records is a table under its key. A list of
+# records is a table whose free-text columns shrink, cut at a word with "…", until the rows
+# fit the terminal; when even that leaves no room, each record is shown as its own block of
+# lines instead, so nothing runs past the edge or is lost.
+
+TABLE_GAP = "  "
+MIN_TEXT_COLUMN = 12  # a free-text column is never squeezed below this many characters
+MIN_TABLE_WIDTH = 40
+# Canonical stored timestamps (§4.1) shown to the minute in tables: the full form is in JSON.
+_TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d):\d\d(?:\.\d+)?Z$")
+
+
+def _terminal_width() -> int:
+    """Columns of the terminal (``COLUMNS`` wins; 100 when stdout is not a terminal)."""
+    return max(MIN_TABLE_WIDTH, shutil.get_terminal_size((100, 24)).columns)
+
+
+def _table(data: Any, width: int) -> list[str]:
     if isinstance(data, dict):
-        rows = [[str(k), _cell(v)] for k, v in data.items()]
-        return _align(["key", "value"], rows) if rows else "(none)"
-    if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
-        headers = list(data[0].keys())
-        return _align(headers, [[_cell(r.get(h)) for h in headers] for r in data])
+        return _record(data, width)
+    if _is_records(data):
+        return _rows(data, width)
     if isinstance(data, list):
-        return "\n".join(_cell(v) for v in data) if data else "(none)"
-    return _cell(data)
+        lines: list[str] = []
+        for index, item in enumerate(data, start=1):
+            lines.extend(_wrap(_scalar(item), width, f"{index}. ", " " * len(f"{index}. ")))
+        return lines
+    return _wrap(_scalar(data), width)
 
 
-def _cell(value: Any) -> str:
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(r, dict) for r in value)
+
+
+def _scalar(value: Any) -> str:
+    """One value as a line of text: numbers to four places, lists joined, dicts as k=v."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.4f}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    return " ".join(str(value).split())
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_scalar(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_scalar(v) for v in value)
+    text = " ".join(str(value).split())
+    stamp = _TIMESTAMP.match(text)
+    return f"{stamp[1]} {stamp[2]}Z" if stamp else text
 
 
-def _align(headers: list[str], rows: list[list[str]]) -> str:
-    rows = [[_clip(c, TABLE_CELL_LIMIT) for c in row] for row in rows]
-    widths = [max([_width(h)] + [_width(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    lines = ["  ".join(_pad(h, w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend(
-        "  ".join(_pad(c, w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
-    return "\n".join(lines)
+def _record(data: dict[str, Any], width: int, indent: str = "") -> list[str]:
+    """``key  value`` lines; nested dicts indented, nested records as tables."""
+    if not data:
+        return [f"{indent}(none)"]
+    flat = [k for k, v in data.items() if v == {} or not (isinstance(v, dict) or _is_records(v))]
+    key_width = max((_width(str(k)) for k in flat), default=0)
+    lines: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            lines.append(f"{indent}{key}")
+            lines.extend(_record(value, width, indent + "  "))
+        elif _is_records(value):
+            lines.append(f"{indent}{key}")
+            lines.extend(indent + "  " + line for line in _rows(value, width - len(indent) - 2))
+        else:
+            text = "(none)" if value in ([], {}) else _scalar(value)
+            head = f"{indent}{_pad(str(key), key_width)}{TABLE_GAP}"
+            lines.extend(line.rstrip() for line in _wrap(text, width, head, " " * _width(head)))
+    return lines
+
+
+def _rows(rows: list[dict[str, Any]], width: int, columns: list[str] | None = None) -> list[str]:
+    """A table of records fitted to ``width``, else one block of lines per record."""
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+    cells = [[_scalar(row.get(c)) for c in columns] for row in rows]
+    natural = [max([_width(c)] + [_width(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    gaps = len(TABLE_GAP) * (len(columns) - 1)
+    widths = _fit(natural, _text_columns(cells, natural), width - gaps)
+    if widths is None:
+        return _blocks(columns, cells, width)
+    lines = [_line(columns, widths)]
+    lines.append(TABLE_GAP.join("-" * w for w in widths))
+    for row in cells:
+        shown = [_clip(c, w) for c, w in zip(row, widths, strict=True)]
+        lines.append(_line(shown, widths))
+    return lines
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    return TABLE_GAP.join(_pad(c, w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+
+def _text_columns(cells: list[list[str]], natural: list[int]) -> list[int]:
+    """Columns that may be cut: free text (some cell has a space) wider than the minimum."""
+    return [
+        i
+        for i, w in enumerate(natural)
+        if w > MIN_TEXT_COLUMN and any(" " in row[i] for row in cells)
+    ]
+
+
+def _fit(natural: list[int], shrinkable: list[int], room: int) -> list[int] | None:
+    """Column widths summing to at most ``room``, shrinking only ``shrinkable`` columns (the
+    widest first, none below ``MIN_TEXT_COLUMN``); None when they cannot fit."""
+    widths = list(natural)
+    excess = sum(widths) - room
+    if excess <= 0:
+        return widths
+    fixed = sum(w for i, w in enumerate(widths) if i not in shrinkable)
+    budget = room - fixed
+    if not shrinkable or budget < MIN_TEXT_COLUMN * len(shrinkable):
+        return None
+    # Water-filling: every shrinkable column gets at most an equal share of what is left,
+    # and a narrower one hands what it does not need to the wider ones.
+    left = sorted(shrinkable, key=lambda i: natural[i])
+    while left:
+        share = budget // len(left)
+        column = left.pop(0)
+        widths[column] = min(natural[column], share)
+        budget -= widths[column]
+    return widths
+
+
+def _blocks(columns: list[str], cells: list[list[str]], width: int) -> list[str]:
+    """Each record as ``column  value`` lines (values wrapped, never cut), numbered."""
+    key_width = max(_width(c) for c in columns)
+    lines: list[str] = []
+    for index, row in enumerate(cells, start=1):
+        if lines:
+            lines.append("")
+        lines.append(f"[{index}]")
+        for column, value in zip(columns, row, strict=True):
+            head = f"  {_pad(column, key_width)}{TABLE_GAP}"
+            lines.extend(line.rstrip() for line in _wrap(value, width, head, " " * _width(head)))
+    return lines
+
+
+def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` columns after their prefixes (``first`` on the
+    first line, ``rest`` on the others), broken between words; a word longer than a whole
+    line is split."""
+    room = max(10, width - max(_width(first), _width(rest)))
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        while _width(word) > room:  # a path or URL longer than a line
+            if line:
+                lines.append(line)
+                line = ""
+            head = _take(word, room)
+            lines.append(head)
+            word = word[len(head) :]
+        if not word:
+            continue
+        candidate = f"{line} {word}" if line else word
+        if _width(candidate) <= room:
+            line = candidate
+        else:
+            lines.append(line)
+            line = word
+    if line or not lines:
+        lines.append(line)
+    return [(first if i == 0 else rest) + part for i, part in enumerate(lines)]
+
+
+def _take(text: str, columns: int) -> str:
+    """The longest prefix of ``text`` that fits in ``columns`` terminal columns."""
+    out, used = [], 0
+    for ch in text:
+        if used + _char_width(ch) > columns:
+            break
+        out.append(ch)
+        used += _char_width(ch)
+    return "".join(out)
+
+
+# Each data command's table: the columns people read first (JSON has every field).
+HIT_COLUMNS = ["kind", "id", "date", "score", "session_id", "text"]
+VERSION_COLUMNS = ["id", "value", "valid_from", "invalidated_at", "source"]
+SESSION_COLUMNS = ["id", "started_at", "message_count", "host_tag", "title", "summary"]
+# Explain's leg scores as columns; shorter names where the field name is long.
+LEG_LABELS = {
+    "fused_relevance": "fused",
+    "importance_nudge": "importance+",
+    "recency_nudge": "recency+",
+    "graph_nudge": "graph+",
+    "graph_matched_names": "graph names",
+}
+
+
+def _hits_table(hits: list[dict[str, Any]], width: int) -> list[str]:
+    return _rows(hits, width, HIT_COLUMNS) if hits else ["(no hits)"]
+
+
+def _versions_table(versions: list[dict[str, Any]], width: int) -> list[str]:
+    return _rows(versions, width, VERSION_COLUMNS) if versions else ["(none)"]
+
+
+def _sessions_table(sessions: list[dict[str, Any]], width: int) -> list[str]:
+    return _rows(sessions, width, SESSION_COLUMNS) if sessions else ["(none)"]
+
+
+def _timeline_table(result: dict[str, Any], width: int) -> list[str]:
+    head = {k: v for k, v in result.items() if k != "versions"}
+    return [*_record(head, width), "", "versions", *_versions_table(result["versions"], width)]
+
+
+def _explain_table(result: dict[str, Any], width: int) -> list[str]:
+    """The hits in rank order, each with its leg scores as columns (or lines, when narrow)."""
+    legs = {("chunk", b["chunk_id"]): b for b in result["chunk_breakdowns"]}
+    legs.update({("fact", b["fact_id"]): b for b in result["fact_breakdowns"]})
+    rows = []
+    for rank, hit in enumerate(result["hits"], start=1):
+        row: dict[str, Any] = {"#": rank, "kind": hit["kind"], "id": hit["id"],
+                               "date": hit["date"], "score": hit["score"]}  # fmt: skip
+        for name, value in legs.get((hit["kind"], hit["id"]), {}).items():
+            if name not in ("chunk_id", "fact_id", "total") and value not in ([], None):
+                row[LEG_LABELS.get(name, name)] = value
+        rows.append(row)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    for row, hit in zip(rows, result["hits"], strict=True):
+        row["text"] = hit["text"]
+    lines = _record({"query": result["query"], "graph_hops": result["graph_hops"]}, width)
+    lines += ["", "hits", *(_rows(rows, width, [*columns, "text"]) if rows else ["(no hits)"])]
+    if result["graph_traversal"]:
+        lines += ["", "graph_traversal", *_rows(result["graph_traversal"], width)]
+    return lines
 
 
 def _broken_pipe(exc: BaseException | None) -> bool:
@@ -195,16 +426,15 @@ def _pad(text: str, width: int) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` columns with "…" when longer."""
+    """``text`` cut to ``limit`` columns with "…" when longer, at a word boundary unless
+    that would drop more than half of what fits."""
     if _width(text) <= limit:
         return text
-    out, used = [], 0
-    for ch in text:
-        if used + _char_width(ch) > limit - 1:
-            break
-        out.append(ch)
-        used += _char_width(ch)
-    return "".join(out) + "…"
+    cut = _take(text, limit - 1)
+    space = cut.rfind(" ")
+    if not text[len(cut)].isspace() and space >= len(cut) // 2:
+        cut = cut[:space]  # not in the middle of a word
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
@@ -231,29 +461,55 @@ def _progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None
 # -- the group ---------------------------------------------------------------------------------
 
 
-def _configure_logging(verbose: bool) -> None:
-    if not verbose:
-        return
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (click's test runner
+    and pytest swap it), not to the stream of the first command that ran."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _configure_logging(verbose: bool) -> Callable[[], None]:
+    """Warnings (a damaged store set aside, a read-only folder…) always reach stderr; ``-v``
+    adds the INFO records. Returns what undoes it when the command ends (a host that runs
+    the CLI in its own process keeps its logging as it was)."""
     log = logging.getLogger("elastimem")
-    if not any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
-        handler._elastimem_stderr = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    if any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
+        return lambda: None
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
+    handler._elastimem_stderr = True  # type: ignore[attr-defined]
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    level = log.level
+    log.addHandler(handler)
+    if verbose:
+        log.setLevel(logging.INFO)
+
+    def undo() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+    return undo
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", metavar="PATH", help="Store file (default: $ELASTIMEM_DB, "
-              "else memory.db in the per-user app folder).")  # fmt: skip
-@click.option("--format", "output", type=click.Choice(["json", "table"]), default="json",
-              show_default=True, help="Output format for data commands.")  # fmt: skip
+              "else memory.db in the per-user app folder). Only commands that store "
+              "something create it.")  # fmt: skip
+@click.option("--format", "output", type=click.Choice(["json", "table"]),
+              help="Output format for data commands: json (the default) or table, for "
+              "people; `context` prints its text unless json is asked for.")  # fmt: skip
 @click.option("--tier", type=click.Choice(["lite", "standard", "full"]),
               help="Pin the resource tier.")  # fmt: skip
 @click.option("-v", "--verbose", is_flag=True, help="Send logs to stderr.")
 @click.version_option(package_name="elastimem", message="elastimem %(version)s")
 @click.pass_context
-def main(ctx: click.Context, db_path: str | None, output: str, tier: str | None,
+def main(ctx: click.Context, db_path: str | None, output: str | None, tier: str | None,
          verbose: bool) -> None:  # fmt: skip
     """Long-term memory for local-first LLM agents, kept in one SQLite file.
 
@@ -263,7 +519,7 @@ def main(ctx: click.Context, db_path: str | None, output: str, tier: str | None,
       elastimem --db notes.db remember favorite_color teal
       elastimem --db notes.db recall "what color do I like?"
     """
-    _configure_logging(verbose)
+    ctx.call_on_close(_configure_logging(verbose))
     ctx.obj = CliState(db_path, output, tier, verbose)
 
 
@@ -310,7 +566,7 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
     """
     with state.search_store() as mem:
         hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until)
-        emit(state, hits)
+        emit(state, hits, table=_hits_table)
 
 
 @main.command()
@@ -325,7 +581,7 @@ def explain(state: CliState, query: str, k: int) -> None:
       elastimem explain "hiking with the dog"
     """
     with state.search_store() as mem:
-        emit(state, mem.explain(query, k))
+        emit(state, mem.explain(query, k), table=_explain_table)
 
 
 @main.command()
@@ -352,7 +608,62 @@ def history(state: CliState, key: str) -> None:
       elastimem history location
     """
     with state.store() as mem:
-        emit(state, mem.fact_history(key))
+        emit(state, mem.fact_history(key), table=_versions_table)
+
+
+@main.command()
+@click.argument("question")
+@pass_state
+def timeline(state: CliState, question: str) -> None:
+    """How the fact a question is about changed over time, oldest version first.
+
+    Prints the fact key the question resolved to (or null), how it was found, and every
+    version of that fact.
+
+    \b
+    Example:
+      elastimem timeline "where did I live before?"
+    """
+    with state.store() as mem:
+        emit(state, mem.timeline(question), table=_timeline_table)
+
+
+@main.command()
+@click.option("-n", "n", type=click.IntRange(min=1), metavar="N",
+              help="How many lessons (default: as many as a prompt gets).")  # fmt: skip
+@pass_state
+def lessons(state: CliState, n: int | None) -> None:
+    """The lessons from past mistakes that the next prompt would get, most useful first.
+
+    \b
+    Example:
+      elastimem lessons -n 5
+    """
+    with state.store() as mem:
+        emit(state, mem.lessons(n))
+
+
+@main.command()
+@click.argument("text")
+@pass_state
+def context(state: CliState, text: str) -> None:
+    """Print the memory context the model would get before answering TEXT.
+
+    The text of build_context(TEXT).render(); with --format json, an object with the
+    rendered text, its sections, their token counts and keep_last_n_turns.
+
+    \b
+    Example:
+      elastimem context "any ideas for a weekend trip?"
+    """
+    with state.search_store() as mem:
+        plan = mem.build_context(text)
+    rendered = plan.render()
+    if state.output == "json":
+        emit(state, {"rendered": rendered, "sections": plan.sections, "tokens": plan.tokens,
+                     "keep_last_n_turns": plan.keep_last_n_turns})  # fmt: skip
+    else:
+        click.echo(rendered or "(no memory to add for this text)")
 
 
 @main.command()
@@ -364,13 +675,23 @@ def history(state: CliState, key: str) -> None:
 def remember(state: CliState, key: str, value: str, source: str) -> None:
     """Store a fact (a new version if the key already has another value).
 
+    Prints the key as stored (keys are normalised: "Favorite Color" is favorite_color).
+    Creates the store if it does not exist. A fact the guards refuse exits 1 with the
+    reason on stderr.
+
     \b
     Example:
       elastimem remember favorite_color teal
     """
-    with state.store() as mem:
+    from .text import normalize_key, sanitize
+
+    with state.store(create=True) as mem:
         changed, reason = mem.remember(key, value, source)
-        emit(state, {"changed": changed, "reason": reason})
+    # The same normalisation remember() applied: the key facts() and history will show.
+    emit(state, {"changed": changed, "reason": reason, "key": normalize_key(sanitize(key))})
+    if reason.startswith("rejected: "):
+        click.echo(f"Error: the fact was not stored: {reason.removeprefix('rejected: ')}", err=True)
+        sys.exit(1)
 
 
 @main.command()
@@ -387,6 +708,7 @@ def forget(state: CliState, key: str) -> None:
         forgotten = mem.forget(key)
     emit(state, {"forgotten": forgotten})
     if not forgotten:
+        click.echo(f"Error: nothing to forget: no current fact has the key {key!r}", err=True)
         sys.exit(1)
 
 
@@ -408,6 +730,7 @@ def erase(state: CliState, key: str | None, session_id: int | None, include_fact
     Unlike `forget`, nothing is kept: every version, the derived search and vector entries
     and the graph provenance go, and the file is rewritten so the text cannot be recovered
     from it. Asks for confirmation unless --yes is given (required without a terminal).
+    Exits 1 when there was nothing to erase.
 
     \b
     Example:
@@ -426,10 +749,14 @@ def erase(state: CliState, key: str | None, session_id: int | None, include_fact
             raise click.UsageError(
                 f"erase asks before deleting {target}; pass --yes to confirm without a terminal"
             )
-        click.confirm(f"Permanently erase {target} from {state.db_path()}?", abort=True)
+        click.confirm(f"Permanently erase {target} from {state.require_store()}?", abort=True)
     with state.store() as mem:
         counts = mem.erase(key=key, session_id=session_id, include_facts=include_facts)
     emit(state, counts)
+    if not any(counts.values()):
+        what = f"no fact has the key {key!r}" if key is not None else f"no session {session_id}"
+        click.echo(f"Error: nothing to erase: {what}", err=True)
+        sys.exit(1)
 
 
 def _stdin_is_tty() -> bool:
@@ -450,7 +777,7 @@ def sessions(state: CliState, n: int) -> None:
       elastimem --format table sessions -n 5
     """
     with state.store() as mem:
-        emit(state, mem.sessions(n))
+        emit(state, mem.sessions(n), table=_sessions_table)
 
 
 @main.command()
@@ -493,7 +820,7 @@ def import_cmd(state: CliState, file: str) -> None:
     """Load an export (FILE, or `-` for stdin) into an empty store.
 
     All or nothing: a damaged file is rejected with its line number, and Ctrl-C leaves the
-    store as it was.
+    store as it was. Creates the store if it does not exist.
 
     \b
     Example:
@@ -502,7 +829,7 @@ def import_cmd(state: CliState, file: str) -> None:
     source: Any = getattr(sys.stdin, "buffer", sys.stdin) if file == "-" else file
     update, finish = _progress("Importing")
     try:
-        with state.store() as mem:
+        with state.store(create=True) as mem:
             counts = mem.import_(source, progress=update)
     finally:
         finish()
@@ -563,7 +890,11 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
         text = render(conn)
     if out and out != "-":
         try:
-            Path(out).expanduser().write_text(text, encoding="utf-8")
+            target = Path(out).expanduser()
+            # The graph names the people and places of a private memory: a new file is made
+            # 0600 like an export; an existing one keeps the mode its owner gave it.
+            files.create_private_file(str(target))
+            target.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise click.ClickException(f"cannot write {out} ({exc.strerror})") from exc
         click.echo(f"wrote {out}", err=True)
@@ -667,7 +998,7 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
     chosen = demo_db or state.db
     with tempfile.TemporaryDirectory(prefix="elastimem-demo-") as tmp:
         target = chosen or str(Path(tmp) / "demo.db")
-        with dataclasses.replace(state, db=target).store(**kw) as mem:
+        with dataclasses.replace(state, db=target).store(create=True, **kw) as mem:
             _run_demo(mem, data, kept=chosen is not None, llm=llm)
 
 
@@ -689,7 +1020,6 @@ def _check_llm_reachable(llm: Any) -> None:
 def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
     say = click.echo
     sessions = data["sessions"]
-    turns = sum(len(s["turns"]) for s in sessions)
     say(click.style("elastimem demo", bold=True) + " - three short conversations, remembered\n")
     _field("Store", mem.path + ("" if kept else "  (temporary, deleted afterwards)"))
     _field("LLM", f"{llm.model} at {llm.base_url}" if llm is not None
@@ -700,14 +1030,11 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
     label = mem.stats()["embedding_model"]
     _field("Embedder", label if ready and label else
            "none: recall uses keyword search (install elastimem[embed] for meaning)")  # fmt: skip
-    with click.progressbar(length=turns, label=f"  Recording {turns} turns in {len(sessions)} "
-                           "sessions", file=sys.stderr) as bar:  # fmt: skip
-        for session in sessions:
-            mem.begin_session(session.get("host_tag"), at=session["started_at"])
-            for index, (user, assistant) in enumerate(session["turns"]):
-                mem.record_turn(user, assistant, at=_plus_minutes(session["started_at"], 2 * index))
-                bar.update(1)
-            mem.end_session(wait=False)
+    todo = _demo_sessions_to_record(mem, sessions)
+    if todo:
+        _record_demo(mem, todo)
+    else:
+        _field("Recorded", "earlier: this store already holds the demo, shown again below")
     mem.drain(timeout=DEMO_WAIT_SECONDS)
     stats = mem.stats()
     _field("Stored", f"{stats['messages']} messages, {stats['chunks']} chunks "
@@ -749,6 +1076,32 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
         say(f'  elastimem --db demo.db recall "{question}"')
 
 
+def _record_demo(mem: Any, sessions: list[dict[str, Any]]) -> None:
+    turns = sum(len(s["turns"]) for s in sessions)
+    with click.progressbar(length=turns, label=f"  Recording {turns} turns in {len(sessions)} "
+                           "sessions", file=sys.stderr) as bar:  # fmt: skip
+        for session in sessions:
+            mem.begin_session(session.get("host_tag"), at=session["started_at"])
+            for index, (user, assistant) in enumerate(session["turns"]):
+                mem.record_turn(user, assistant, at=_plus_minutes(session["started_at"], 2 * index))
+                bar.update(1)
+            mem.end_session(wait=False)
+
+
+def _demo_sessions_to_record(mem: Any, sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The demo sessions this store does not hold yet, known by their host tag and start
+    time: `demo --db X` run twice stored every turn and fact twice."""
+    from .clock import to_ts
+
+    with mem._db.read() as conn:
+        held = set(
+            conn.execute(
+                "SELECT host_tag, started_at FROM sessions WHERE host_tag IS NOT NULL"
+            ).fetchall()
+        )
+    return [s for s in sessions if (s.get("host_tag"), to_ts(s["started_at"])) not in held]
+
+
 def _field(name: str, value: str) -> None:
     click.echo(f"  {click.style(name.ljust(10), bold=True)}{value}")
 
@@ -764,6 +1117,10 @@ def _plus_minutes(at: str, minutes: int) -> str:
 
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
+
+from .server.command import serve_command  # noqa: E402 - below what it is built from
+
+main.add_command(serve_command(pass_state, _llm_options, _make_llm))
 
 if __name__ == "__main__":  # pragma: no cover
     main()

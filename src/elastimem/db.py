@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import urllib.parse
@@ -26,7 +27,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import migrations
+from . import files, migrations
 from .clock import now_ts
 from .errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
 from .text import em_fold
@@ -44,6 +45,8 @@ CACHE_KIB = 16_000
 # an export streams for longer, and closes its own connection when it ends).
 CLOSE_READ_WAIT_SECONDS = 10.0
 MEMORY_PATH = ":memory:"
+# The first 16 bytes of every SQLite 3 database file (https://sqlite.org/fileformat.html).
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 # SQLite primary result codes (sqlite_errorcode & 0xff).
 SQLITE_READONLY = 8
@@ -194,6 +197,8 @@ class Database:
         self.read_only_uri = read_only_uri
         self.read_only = read_only_uri is not None
         self.fts_enabled = False
+        # Where this open moved a damaged store file (§4.5 step 2), else None.
+        self.set_aside: str | None = None
         self._writer = writer
         self._lock = lock
         self._depth = 0
@@ -560,7 +565,7 @@ def reconcile_fts(db: Database) -> None:
 
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
-    """Expand ``~``, create missing parent folders and return the absolute path."""
+    """Expand ``~``, create missing parent folders (0700) and return the absolute path."""
     raw: object = os.fspath(path)
     if not isinstance(raw, str):  # a path-like object giving bytes
         raise ConfigError(f"path={path!r} is invalid; pass a str or a path-like giving str")
@@ -570,7 +575,7 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
         raise StoreError(f"{raw!r} is not a usable store path; pass a file path or ':memory:'")
     target = Path(os.path.expanduser(raw))
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        files.make_private_folders(target.parent)
     except OSError as exc:
         raise StoreError(
             f"cannot create the folder {target.parent} for the store ({exc.strerror}); "
@@ -584,6 +589,75 @@ def resolve_path(path: str | os.PathLike[str]) -> str:
         raise StoreError(
             f"cannot reach {target} ({exc.strerror}); check the permissions of its folders"
         ) from exc
+
+
+def _missing_store(path: str) -> str:
+    return (
+        f"there is no elastimem store at {path}, and none was created (create=False): check "
+        "the path, or open it with create=True to start a new store"
+    )
+
+
+def _no_store_yet(path: str) -> str:
+    return (
+        f"{path} holds no elastimem store yet (it is an empty database file); it was left "
+        "unchanged (create=False): open it with create=True to make it a store"
+    )
+
+
+def _require_existing(path: str | os.PathLike[str]) -> None:
+    """``create=False``: refuse a path with no file before anything is created for it."""
+    raw: object = os.fspath(path)
+    if not isinstance(raw, str) or raw == MEMORY_PATH or not raw or "\x00" in raw:
+        return  # resolve_path judges these (and ":memory:" is always new)
+    target = os.path.expanduser(raw)
+    try:
+        found = os.path.exists(target)
+    except (OSError, ValueError):
+        return
+    if not found:
+        raise StoreError(_missing_store(os.path.abspath(target)))
+
+
+def _check_file(resolved: str, *, create: bool) -> None:
+    """§4.5 step 1, before SQLite touches the file: refuse what is not an SQLite database.
+
+    A text file, a picture or an encrypted database given as the store was "corrupt" to the
+    probe, so it was renamed away and a fresh store created in its place. Only a file that
+    starts with the SQLite header can be a damaged store worth setting aside; anything else
+    is someone's file, and left exactly as it is. An empty file is an empty database to
+    SQLite (``sqlite3`` makes it one), so with ``create`` a store is created in it.
+    """
+    if resolved == MEMORY_PATH:
+        return
+    try:
+        status = os.stat(resolved)
+    except FileNotFoundError:
+        if not create:
+            raise StoreError(_missing_store(resolved)) from None
+        return
+    except OSError:
+        return  # SQLite's own error says what is wrong (translate_error)
+    if not stat.S_ISREG(status.st_mode):
+        raise StoreError(
+            f"{resolved} is not a regular file (a device, pipe or socket), so not an elastimem "
+            "store; it was left unchanged: pass the path of a store file"
+        )
+    if status.st_size == 0:
+        if not create:
+            raise StoreError(_no_store_yet(resolved))
+        return
+    try:
+        with open(resolved, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError:
+        return  # unreadable: SQLite's error names it
+    if header != SQLITE_HEADER:
+        raise StoreError(
+            f"{resolved} is not an elastimem store (not an SQLite file); it was left unchanged: "
+            "pass the path of a store, or of a file that does not exist yet to start one "
+            "(if it was a store whose first bytes were damaged, restore it from a backup)"
+        )
 
 
 def _probe(conn: sqlite3.Connection) -> None:
@@ -606,14 +680,21 @@ def _quarantine_corrupt(resolved: str) -> str:
         aside = f"{resolved}.corrupt-{stamp}-{counter}"
     try:
         os.replace(resolved, aside)
+        moved = [aside]
         for suffix in ("-wal", "-shm"):
             if os.path.exists(resolved + suffix):
                 os.replace(resolved + suffix, aside + suffix)
+                moved.append(aside + suffix)
     except OSError as exc:
         raise StoreError(
             f"{resolved} is corrupt and could not be set aside ({exc.strerror}); "
             "move it away by hand and reopen"
         ) from exc
+    # A rename keeps the mode: a copy set aside from a store made before files were private
+    # would stay readable by others, under a name no one opens or checks.
+    for path in moved:
+        files.make_private(path)
+    files.create_private_file(resolved)  # the fresh store, private before SQLite opens it
     return aside
 
 
@@ -655,21 +736,30 @@ def _connect_read_only(resolved: str) -> tuple[sqlite3.Connection, str]:
     return conn, immutable
 
 
-def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] | None]:
-    """Connect and probe, setting a corrupt file aside once. Returns (conn, recovery detail)."""
+def _connect_checked(
+    resolved: str, *, create: bool = True
+) -> tuple[sqlite3.Connection, dict[str, str] | None]:
+    """Connect and probe, setting a corrupt file aside once. Returns (conn, recovery detail).
+
+    With ``create`` False the file is opened with ``mode=rw``, so a file removed since it was
+    checked is not created anew, and a file without tables is refused untouched.
+    """
     recovery: dict[str, str] | None = None
     for attempt in range(2):
         conn: sqlite3.Connection | None = None
         try:
+            existing_only = not create and resolved != MEMORY_PATH
             conn = sqlite3.connect(
-                resolved,
+                "file:" + urllib.parse.quote(resolved) + "?mode=rw" if existing_only else resolved,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,
                 timeout=BUSY_TIMEOUT_MS / 1000.0,
+                uri=existing_only,
             )
-            if resolved != MEMORY_PATH:
-                # Before _configure: switching to WAL would already change a foreign file.
-                _schema_version(conn, resolved)
+            # Before _configure: switching to WAL would already change a foreign file.
+            version = None if resolved == MEMORY_PATH else _schema_version(conn, resolved)
+            if version is None and existing_only:
+                raise StoreError(_no_store_yet(resolved))
             _configure(conn, writer=True, memory=resolved == MEMORY_PATH)
             _probe(conn)
             return conn, recovery
@@ -681,6 +771,16 @@ def _connect_checked(resolved: str) -> tuple[sqlite3.Connection, dict[str, str] 
             code = error_code(exc)
             corrupt = code in (SQLITE_NOTADB, SQLITE_CORRUPT) and resolved != MEMORY_PATH
             aside = None
+            if corrupt and existing_only:
+                # Setting it aside would leave no store at all: say so, change nothing.
+                if conn is not None:
+                    conn.close()
+                raise StoreError(
+                    f"{resolved} is a damaged store ({exc}); it was left unchanged "
+                    "(create=False): restore it from a backup, or open it with create=True "
+                    "(on the command line, a command that stores something), which moves it "
+                    "aside and starts a fresh store"
+                ) from exc
             if corrupt and attempt == 0:
                 # Rename before closing: closing could otherwise delete the side files,
                 # and they may hold the only copy of recent writes.
@@ -823,15 +923,30 @@ def _writer_read(db: Database) -> Iterator[sqlite3.Connection]:
             raise translate_error(exc, db.path, "read") from exc
 
 
-def open_store(path: str | os.PathLike[str]) -> Database:
-    """Open, recover, migrate and reconcile a store (§4.5 steps 1–4)."""
+def open_store(path: str | os.PathLike[str], *, create: bool = True) -> Database:
+    """Open, recover, migrate and reconcile a store (§4.5 steps 1–4).
+
+    ``create`` False opens only an existing store: a missing path, an empty file or an
+    SQLite file without tables raises ``StoreError`` and nothing is created (no folder, no
+    file). A file that is not SQLite at all is refused untouched whatever ``create`` says.
+    """
+    if not create:
+        _require_existing(path)  # before resolve_path, which creates missing folders
     resolved = resolve_path(path)
+    _check_file(resolved, create=create)
     lock = threading.RLock() if resolved == MEMORY_PATH else _path_lock(resolved)
     if _cannot_write(resolved):
         return _open_read_only(resolved, lock)
+    # Made private before SQLite opens it, so it is never readable by others (SQLite's own
+    # create would follow the umask, typically 0644); -wal and -shm then take its mode.
+    created = resolved != MEMORY_PATH and create and files.create_private_file(resolved)
     with lock:
-        conn, recovery = _connect_checked(resolved)
+        conn, recovery = _connect_checked(resolved, create=create)
+        if not created and recovery is None:
+            files.warn_if_shared(resolved)
         db = Database(resolved, conn, lock)
+        if recovery is not None:
+            db.set_aside = os.path.join(os.path.dirname(resolved), recovery["moved_to"])
         try:
             _migrate(db)
             if recovery is not None:
@@ -853,6 +968,7 @@ def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
     cannot be migrated, so it is refused with a message saying how to fix it.
     """
     conn, uri = _connect_read_only(resolved)
+    files.warn_if_shared(resolved)
     db = Database(resolved, conn, lock, read_only_uri=uri)
     try:
         with _writer_read(db) as c:

@@ -6,14 +6,18 @@ extraction goes wrong (transcript fragments as keys, random letters, the model d
 itself, "unknown" placeholders, text that gives the model instructions); explicit and import
 writes skip them, because a person who says "allergies: none" means it.
 
+``guard_lesson`` runs checks 8 and 9 (instructions, markup debris) on a lesson, whatever its
+source: lessons are rendered into every prompt.
+
 The module is pure: no I/O, no state. Quarantining a rejected write is the caller's job.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
-from .text import em_fold, normalize_key
+from .text import em_fold, normalize_key, strip_controls
 
 # Sources a write can come from (§5.3). Validating the source against this set is the write
 # path's job (a bad one raises ConfigError there); the guard only decides which checks run.
@@ -26,7 +30,9 @@ GIBBERISH_CHECKED_SOURCES = frozenset({"auto", "merge"})
 
 MAX_VALUE_LENGTH = 500
 
-REASON_EMPTY = "empty key or value"
+# A key is empty when nothing of it survives normalisation ("!!!", "", "  ").
+REASON_EMPTY_KEY = "key has no letters or digits"
+REASON_EMPTY = "empty value"
 REASON_TOO_LONG = "value too long"
 REASON_RESERVED = "reserved key"
 REASON_TRANSCRIPT = "transcript key"
@@ -151,7 +157,9 @@ def guard_fact(
 def _first_failure(
     key: str, value: str, source: str, reserved_keys: frozenset[str] | set[str]
 ) -> str | None:
-    if not key or not value.strip():
+    if not key:
+        return REASON_EMPTY_KEY
+    if not value.strip():
         return REASON_EMPTY
     if len(value) > MAX_VALUE_LENGTH:
         return REASON_TOO_LONG
@@ -241,8 +249,33 @@ _JSON_ARRAY_START = re.compile(r'\[\s*[]["{\d-]')
 
 
 def is_instruction_like(value: str) -> bool:
-    """Check 8: the value gives the model instructions (a prompt-injection attempt)."""
-    return INSTRUCTION_PATTERN.search(value) is not None
+    """Check 8: the value gives the model instructions (a prompt-injection attempt).
+
+    The text is also matched as a model reads it: rendering drops control characters, and
+    zero-width characters, NUL's replacement character or full-width letters must not split
+    or disguise the phrase past the pattern ("Ignore\u200b all previous instructions")."""
+    if INSTRUCTION_PATTERN.search(value) is not None:
+        return True
+    if value.isascii() and value.isprintable():
+        return False  # nothing to drop or fold: it reads as it is written
+    read = _as_read(value)
+    return read != value and INSTRUCTION_PATTERN.search(read) is not None
+
+
+def _as_read(value: str) -> str:
+    text = unicodedata.normalize("NFKC", strip_controls(value)).replace("\ufffd", " ")
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+
+
+def guard_lesson(text: str) -> str | None:
+    """Checks 8 and 9 for a lesson (``text`` sanitised and stripped, not empty): the reason
+    it is refused, or None. Every unarchived lesson is rendered into every prompt under
+    LESSONS, so one that gives the model instructions would act on every later reply."""
+    if is_instruction_like(text):
+        return REASON_INSTRUCTIONS
+    if is_markup_fragment(text):
+        return REASON_FRAGMENT
+    return None
 
 
 def is_unsafe_llm_text(text: str) -> bool:

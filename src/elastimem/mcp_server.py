@@ -3,8 +3,9 @@
 ``elastimem serve-mcp`` runs it (extra ``mcp``: the official SDK). One ``Elastimem`` is
 opened per process and closed when the client disconnects, on Ctrl-C and on SIGTERM. The
 eight tools are thin wrappers over the Python API; an argument the SDK's schema check or
-elastimem's own validation rejects comes back as a tool error (``isError``), and no tool call
-can stop the server. stdout carries only the protocol: logs go to stderr.
+elastimem's own validation rejects, or one the tool does not take, comes back as a tool error
+(``isError``) in one plain sentence, and no tool call can stop the server. The server reports
+elastimem's version to the client. stdout carries only the protocol: logs go to stderr.
 
 This module deliberately has no ``from __future__ import annotations``: the SDK builds each
 tool's JSON schema from its *runtime* annotations, and the tool functions are defined inside
@@ -74,7 +75,47 @@ def build_server(mem: Any) -> Any:
         except ElastimemError as exc:
             raise tool_error(str(exc)) from exc
 
-    server = server_class(SERVER_NAME, instructions=INSTRUCTIONS)
+    from pydantic import ValidationError
+
+    schemas: dict[str, dict[str, Any]] = {}
+
+    class ElastimemServer(server_class):  # type: ignore[misc, valid-type]
+        """The SDK's server with plain one-sentence argument errors: unknown arguments are
+        refused (the SDK ignored them), and a failed schema check reads as a sentence, not
+        as a pydantic dump."""
+
+        async def call_tool(
+            self, name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any
+        ) -> Any:
+            if not schemas:
+                for tool in await self.list_tools():
+                    schema = getattr(tool, "input_schema", None)  # mcp 2.x
+                    if schema is None:
+                        schema = getattr(tool, "inputSchema", None)  # mcp 1.x
+                    schemas[tool.name] = dict(schema or {})
+            schema = schemas.get(name)
+            if schema is not None:
+                unknown = unknown_arguments_message(name, schema, arguments)
+                if unknown is not None:
+                    raise tool_error(unknown)
+            try:
+                return await super().call_tool(name, arguments, *args, **kwargs)
+            except tool_error as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ValidationError) and schema is not None:
+                    raise tool_error(
+                        validation_message(name, schema, arguments, cause.errors())
+                    ) from cause
+                if isinstance(cause, tool_error):  # raised by call(): already one sentence
+                    raise tool_error(str(cause)) from cause.__cause__
+                raise
+
+    options = version_option(server_class)
+    server = ElastimemServer(SERVER_NAME, instructions=INSTRUCTIONS, **options)
+    if "version" not in options and hasattr(server, "_mcp_server"):
+        from . import __version__
+
+        server._mcp_server.version = __version__  # mcp 1.x: its low-level server's field
 
     @server.tool(
         description="Store a durable fact about the user under a short key (e.g. "
@@ -197,6 +238,122 @@ def build_server(mem: Any) -> Any:
         }
 
     return server
+
+
+def version_option(server_class: Any) -> dict[str, Any]:
+    """``version=elastimem.__version__`` for the SDK's server, so a client's ``initialize``
+    reports it (serverInfo.version); mcp 1.x's FastMCP takes no version (set afterwards)."""
+    import inspect
+
+    from . import __version__
+
+    try:
+        accepted = "version" in inspect.signature(server_class).parameters
+    except (TypeError, ValueError):
+        accepted = False
+    return {"version": __version__} if accepted else {}
+
+
+def unknown_arguments_message(
+    tool: str, schema: dict[str, Any], arguments: dict[str, Any]
+) -> str | None:
+    """The sentence refusing arguments ``tool`` does not take, or None."""
+    known = list(schema.get("properties", {}))
+    unknown = [name for name in arguments if name not in known]
+    if not unknown:
+        return None
+    names = _either([f"'{name}'" for name in unknown], "and")
+    takes = f"its arguments are {', '.join(known)}" if known else "it takes no arguments"
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    return f"{tool} has no {noun} {names}; {takes}."
+
+
+# pydantic error types that mean "the wrong kind of value" (the schema says which kind);
+# the others (too short, too long, out of range) carry their own reason.
+_TYPE_ERRORS = frozenset({"literal_error", "enum", "int_from_float", "none_required"})
+
+
+def validation_message(
+    tool: str, schema: dict[str, Any], arguments: dict[str, Any], errors: list[Any]
+) -> str:
+    """One plain sentence for the first argument the SDK's schema check refused."""
+    first = errors[0]
+    loc = tuple(first.get("loc", ()))
+    arg = str(loc[0]) if loc else ""
+    prop = schema.get("properties", {}).get(arg, {})
+    if first.get("type") == "missing":
+        return f"{tool} needs the argument '{arg}' ({describe_schema(prop)})."
+    value = arguments.get(arg)
+    own = [e for e in errors if tuple(e.get("loc", ()))[:1] == (arg,)]
+    if all(_is_type_error(str(e.get("type", ""))) for e in own):
+        index = next((part for part in loc[1:] if isinstance(part, int)), None)
+        if index is not None and isinstance(value, list) and 0 <= index < len(value):
+            got = f" (item {index + 1} is {_shown(value[index])})"
+        else:
+            got = f", not {_shown(value)}"
+        return f"argument '{arg}' of {tool} must be {describe_schema(prop)}{got}."
+    reason = str(first.get("msg", "invalid value"))
+    return f"argument '{arg}' of {tool} is invalid: {reason[:1].lower()}{reason[1:]}."
+
+
+def _is_type_error(kind: str) -> bool:
+    return kind.endswith(("_type", "_parsing")) or kind in _TYPE_ERRORS
+
+
+_TYPE_NAMES = {
+    "string": ("a string", "strings"),
+    "integer": ("an integer", "integers"),
+    "number": ("a number", "numbers"),
+    "boolean": ("true or false", "true or false values"),
+    "object": ("an object", "objects"),
+    "array": ("a list", "lists"),
+    "null": ("null", "nulls"),
+}
+
+
+def describe_schema(prop: dict[str, Any]) -> str:
+    """What a JSON-schema property accepts, in words: 'a string, an integer or a number'."""
+    if "enum" in prop:
+        return "one of " + _either([_json(v) for v in prop["enum"]])
+    if "anyOf" in prop:
+        options = [p for p in prop["anyOf"] if p.get("type") != "null"]
+        words = _either([describe_schema(p) for p in options])
+        if len(options) == len(prop["anyOf"]):
+            return words
+        return f"{words}, or null" if " or " in words else f"{words} or null"
+    kind = str(prop.get("type", ""))
+    if kind == "array":
+        items = prop.get("items", {})
+        if "enum" in items:
+            return "a list of " + _either([_json(v) for v in items["enum"]])
+        plural = _TYPE_NAMES.get(str(items.get("type", "")), (None, None))[1]
+        return f"a list of {plural}" if plural else "a list"
+    return _TYPE_NAMES.get(kind, ("a valid value", ""))[0]
+
+
+def _either(words: list[str], last: str = "or") -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the sentence names it: a short string as itself, else its kind."""
+    if isinstance(value, str):
+        return _json(value) if len(value) <= 40 else "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 def serve(

@@ -1,20 +1,56 @@
 """Lessons: short procedural notes the host learned from its own mistakes (SPEC §5.15).
 
 A lesson's text is unique; adding it again revives it (``use_count += 1``, unarchived). Only
-the ``max_lessons`` most recently used lessons stay unarchived.
+the ``max_lessons`` most recently used lessons stay unarchived. Every unarchived lesson is
+rendered into every prompt, so a lesson passes the instruction and markup guards first; a
+refused one is recorded in the quarantine (key and source ``lesson``) and never stored.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from typing import NamedTuple
 
 from .clock import now_ts
+from .guards import guard_lesson
+from .semantic import quarantine
+
+# The quarantine's key and source for a refused lesson (the column has no CHECK, and no fact
+# source is named so), so the entry reads as a lesson and not as a fact.
+LESSON_QUARANTINE_KEY = "lesson"
+LESSON_QUARANTINE_SOURCE = "lesson"
 
 
-def add_lesson(conn: sqlite3.Connection, text: str, tag: str | None, max_lessons: int) -> bool:
+class LessonWrite(NamedTuple):
+    """What ``add_lesson`` did. ``added``: the lesson was not among the current (unarchived)
+    lessons, so it is new or revived from the archive; a lesson already current is not
+    added, but its use is still counted (``stored``). ``refused``: the guard's reason."""
+
+    added: bool
+    stored: bool
+    refused: str | None = None
+
+
+def add_lesson(
+    conn: sqlite3.Connection,
+    text: str,
+    tag: str | None,
+    max_lessons: int,
+    *,
+    quarantine_cap: int,
+) -> LessonWrite:
+    """Store or revive a lesson (§5.15). Call inside ``atomic()``; ``text`` must be
+    sanitised. An empty text stores nothing; a refused one goes to the quarantine."""
     text = text.strip()
     if not text:
-        return False
+        return LessonWrite(False, False)
+    reason = guard_lesson(text)
+    if reason is not None:
+        quarantine(
+            conn, LESSON_QUARANTINE_KEY, text, reason, LESSON_QUARANTINE_SOURCE, quarantine_cap
+        )
+        return LessonWrite(False, False, reason)
+    before = conn.execute("SELECT archived FROM lessons WHERE text = ?", (text,)).fetchone()
     now = now_ts()
     conn.execute(
         "INSERT INTO lessons (text, tag, created_at, last_used_at, use_count) "
@@ -24,7 +60,7 @@ def add_lesson(conn: sqlite3.Connection, text: str, tag: str | None, max_lessons
         (text, tag, now, now),
     )
     apply_cap(conn, max_lessons)
-    return True
+    return LessonWrite(before is None or bool(before[0]), True)
 
 
 def apply_cap(conn: sqlite3.Connection, max_lessons: int) -> None:

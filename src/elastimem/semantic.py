@@ -232,6 +232,29 @@ def forget(conn: sqlite3.Connection, key: str) -> bool:
     return cur.rowcount > 0
 
 
+def retire(conn: sqlite3.Connection, key: str, at: str) -> bool:
+    """End the live version of ``key`` as of ``at`` without a successor, as ``forget`` does
+    (the user said it has ended: "I'm no longer vegetarian"). A version that became true
+    after ``at`` (a turn recorded with an older date) is left alone."""
+    cur = conn.execute(
+        "UPDATE facts SET invalidated_at = ? "
+        "WHERE key = ? AND invalidated_at IS NULL AND valid_from <= ?",
+        (at, key, at),
+    )
+    return cur.rowcount > 0
+
+
+def live_values_of(conn: sqlite3.Connection, keys: list[str]) -> dict[str, str]:
+    """key → live value for those of ``keys`` that have one (archived included)."""
+    if not keys:
+        return {}
+    marks = ",".join("?" * len(keys))
+    rows = conn.execute(
+        f"SELECT key, value FROM facts WHERE invalidated_at IS NULL AND key IN ({marks})", keys
+    ).fetchall()
+    return {str(k): str(v) for k, v in rows}
+
+
 def touch(conn: sqlite3.Connection, fact_ids: list[int]) -> None:
     if fact_ids:
         marks = ",".join("?" * len(fact_ids))

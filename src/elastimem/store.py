@@ -26,7 +26,14 @@ from .enums import Cadence, Tier
 from .errors import ClosedError, ConfigError, ElastimemError, EmbedderError, StoreError
 from .gate import LLMGate
 from .governor import Governor, MemoryProfile
-from .rules import capture_rules
+from .rules import (
+    Ending,
+    capture_rules,
+    ending_keys,
+    find_endings,
+    names_part_of,
+    retired_keys,
+)
 from .text import normalize_key, query_terms, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
 from .vectors import EmbeddingSource, VectorIndex
@@ -54,6 +61,7 @@ class Elastimem:
         self,
         path: str | os.PathLike[str],
         *,
+        create: bool = True,
         llm: Callable[..., str] | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
         query_embedder: Callable[[str], Any] | None = None,
@@ -68,6 +76,8 @@ class Elastimem:
         self._closed = True  # until construction succeeds
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError(f"path={path!r} is invalid; pass a file path or ':memory:'")
+        if not isinstance(create, bool):
+            raise ConfigError(f"create={create!r} is invalid; pass True or False")
         llm = _pick_alias("llm", llm, "complete_fn", complete_fn)
         embedder = _pick_alias("embedder", embedder, "embed_fn", embed_fn)
         for name, fn in (
@@ -95,7 +105,7 @@ class Elastimem:
             self._builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, self._builtin)
 
-        self._db = db.open_store(path)
+        self._db = db.open_store(path, create=create)
         self._owner = episodic.Owner.current()
         self._state_lock = threading.RLock()
         self._session_id: int | None = None
@@ -139,6 +149,12 @@ class Elastimem:
     @property
     def path(self) -> str:
         return self._db.path
+
+    @property
+    def set_aside(self) -> str | None:
+        """Where this open moved a damaged store file (§4.5) before creating a fresh store
+        at ``path``; None when it found nothing to set aside."""
+        return self._db.set_aside
 
     @property
     def complete_fn(self) -> Callable[..., str] | None:
@@ -340,6 +356,7 @@ class Elastimem:
             user, assistant, self._chunk_estimator(), self._config.chunk_target_tokens
         )
         captures = capture_rules(user) if user else []
+        endings = find_endings(user) if user else []
         profile = self._governor.profile
         config = self._config
         with self._state_lock:
@@ -362,17 +379,24 @@ class Elastimem:
                 # Same transaction as the turn: a crash can never leave a stored turn without
                 # its jobs (embeddings are backfilled, but links and extraction are not).
                 background.queue_turn_jobs(conn, self._services, record, user, profile, config)
-            if captures:
-                self._store_rule_captures(captures, record)
+            if captures or endings:
+                self._store_rule_captures(captures, endings, record)
         self._worker.signal()
 
     def _store_rule_captures(
-        self, captures: list[tuple[str, str]], record: episodic.TurnRecord
+        self, captures: list[tuple[str, str]], endings: list[Ending], record: episodic.TurnRecord
     ) -> None:
+        """Write the turn's captures, then retire the live facts it says have ended (issue
+        15: "I'm no longer vegetarian"), in one transaction."""
         config = self._config
         with self._db.atomic() as conn:
             touched = False
+            # A shorter mention of the live value re-affirms it: "I'm Daniel" while name is
+            # "Daniel Reyes", "I live in Austin" while location is "Austin, Texas".
+            current = semantic.live_values_of(conn, [key for key, _ in captures])
             for key, value in captures:
+                if key in current and names_part_of(key, value, current[key]):
+                    value = current[key]
                 result = semantic.write_fact(
                     conn,
                     key,
@@ -385,6 +409,13 @@ class Elastimem:
                     origin_session_id=record.session_id,
                 )
                 if result.changed or result.reason == "already stored":
+                    touched = True
+            if endings:
+                live = semantic.live_values_of(conn, ending_keys(endings))
+                keys = retired_keys(endings, (key for key, _ in captures), live)
+                retired = [key for key in keys if semantic.retire(conn, key, record.created_at)]
+                if retired:
+                    self._bump_writes(conn)
                     touched = True
             if touched:
                 episodic.raise_chunk_importance(conn, record.chunk_ids, RULE_CHUNK_IMPORTANCE)
@@ -581,18 +612,27 @@ class Elastimem:
     # -- lessons -----------------------------------------------------------------------------
 
     def add_lesson(self, text: str, tag: str | None = None) -> bool:
+        """Save a lesson (§5.15). True when it is new or revived from the archive; False when
+        it is empty, already one of the current lessons (its use is counted), or refused by
+        the instruction and markup guards (it is then in ``quarantine_entries()``)."""
         self._check_open()
         if not isinstance(text, str):
             raise ConfigError(f"text={text!r} is invalid; a lesson is a string")
         if tag is not None and not isinstance(tag, str):
             raise ConfigError(f"tag={tag!r} is invalid; pass a string or None")
         with self._db.atomic() as conn:
-            added = procedural.add_lesson(
-                conn, sanitize(text), sanitize(tag) if tag else None, self._config.max_lessons
+            written = procedural.add_lesson(
+                conn,
+                sanitize(text),
+                sanitize(tag) if tag else None,
+                self._config.max_lessons,
+                quarantine_cap=self._config.quarantine_cap,
             )
-            if added:
+            if written.stored:
                 self._bump_writes(conn)
-        return added
+        if written.refused is not None:
+            logger.info("a lesson was refused (%s) and quarantined", written.refused)
+        return written.added
 
     def lessons(self, n: int | None = None) -> list[str]:
         self._check_open()

@@ -4,8 +4,9 @@
 is checked before any file access: a strict character pattern (no separators, no NUL, no
 leading dot, so no ``..`` or absolute path), no Windows device name (``con``, ``nul.txt``…),
 and the resolved file must sit directly in the resolved root (which also defeats a symlink
-planted under the root). The root is created private (0o700). Each file records its owner in
-``meta.user_id`` and refuses to open under another id, so a renamed or copied file is caught.
+planted under the root). The root, and each folder made on the way to it, is created private
+(0o700). Each file records its owner in ``meta.user_id`` and refuses to open under another id,
+so a renamed or copied file is caught.
 A store this process may not write opens read-only: the owner is still checked, reads work and
 writes raise the store's read-only ``StoreError``.
 """
@@ -18,10 +19,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from . import files
 from .errors import ConfigError
 
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-ROOT_MODE = 0o700
+ROOT_MODE = files.FOLDER_MODE
 _WINDOWS_DEVICES = frozenset(
     {"con", "prn", "aux", "nul"}
     | {f"com{i}" for i in range(1, 10)}
@@ -51,9 +53,8 @@ def _root(root_dir: object) -> Path:
     root = Path(os.path.expanduser(raw))
     if not root.exists():
         try:
-            root.mkdir(mode=ROOT_MODE, parents=True, exist_ok=True)
-            # mkdir's mode is filtered by the umask; the users' folder must be private.
-            os.chmod(root, ROOT_MODE)
+            # Every level it creates is 0700, as for any store's folders (files.py).
+            files.make_private_folders(root)
         except OSError as exc:
             raise ConfigError(
                 f"cannot create the user folder {root} ({exc.strerror}); choose a writable path"

@@ -414,7 +414,8 @@ def test_logs_and_events_never_hold_message_or_fact_text(
     with elastimem.Elastimem(":memory:", disable_builtin_embedder=True) as other:
         other.import_(tmp_path / "out.jsonl")
     broken = tmp_path / "broken.db"
-    broken.write_bytes(f"{m['import']} not a database ".encode() * 100)
+    # The SQLite magic, then damage: a store set aside (a file without it is refused).
+    broken.write_bytes(b"SQLite format 3\x00" + f"{m['import']} not a database ".encode() * 100)
     recovered = elastimem.Elastimem(str(broken), disable_builtin_embedder=True)
     with recovered, recovered._db.read() as conn:
         events += [f"{r[0]} {r[1]}" for r in conn.execute("SELECT kind, detail FROM events")]

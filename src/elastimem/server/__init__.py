@@ -1,0 +1,17 @@
+"""``elastimem serve``: memory as an HTTP service (REST and MCP), one store per user.
+
+Layout, one idea per module; each imports only the ones above it in this list and, from the
+rest of elastimem, ``aio`` (the stores), ``users``, ``errors``, ``clock`` and ``mcp_server``
+(the tools). Nothing outside this package imports it, except ``cli`` for the command:
+
+- ``keys``: the bearer tokens of ``KEYS.json``, mapped to user ids, compared in constant time.
+- ``pool``: open stores per user, an LRU with a bound; a store in use is never closed.
+- ``rest``: the ``/v1`` endpoints, their argument checks and the OpenAPI document (built from
+  the same table, so it cannot drift from the routes).
+- ``mcp_http``: the ``serve-mcp`` tools over streamable HTTP at ``/mcp``, each call on the
+  caller's own store.
+- ``app``: the ASGI app: authentication, body limit, errors as JSON, lifespan.
+- ``command``: the ``serve`` click command and uvicorn (SIGTERM drains, SIGHUP reloads keys).
+
+Starlette and uvicorn come with the ``server`` extra; they are imported on first use only.
+"""

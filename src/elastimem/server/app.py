@@ -1,0 +1,249 @@
+"""The ASGI app of ``elastimem serve``: authentication, routes, errors, lifespan.
+
+Every request but ``GET /healthz`` and ``GET /openapi.json`` must carry ``Authorization:
+Bearer <token>`` with a token of the keys file; anything else is the same 401, whatever was
+wrong. The user id the token maps to goes into the ASGI scope and picks the store; nothing
+in a request can name another user. A REST body larger than the limit is a 413 before it is
+read in full; any other refusal is a 4xx with ``{"error": one sentence}``, and a failure
+inside the store a 5xx that names no file, so no request can stop the server.
+
+The lifespan opens the store pool (and the MCP session manager); at shutdown, after uvicorn
+has drained the requests in flight, it closes every store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
+from . import rest
+from .keys import KeyRing
+from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
+from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
+
+logger = logging.getLogger("elastimem")
+
+DEFAULT_MAX_BODY = 1024 * 1024
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
+UNAUTHORIZED = "a valid bearer token is required"
+MCP_METHODS = ["GET", "POST", "DELETE"]
+
+
+@dataclass
+class ServiceOptions:
+    target: str
+    keys: KeyRing
+    max_open: int = DEFAULT_MAX_OPEN
+    max_body: int = DEFAULT_MAX_BODY
+    host: str = "127.0.0.1"
+    store_options: dict[str, Any] = field(default_factory=dict)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class _Authenticate:
+    """Pure ASGI: resolve the bearer token to a user id, or answer 401."""
+
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (
+            scope["path"] in PUBLIC_PATHS and scope["method"] in ("GET", "HEAD")
+        ):
+            await self.app(scope, receive, send)
+            return
+        user_id = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() == "bearer" and token.strip():
+                    user_id = self.keys.user_for(token.strip())
+                break
+        if user_id is None:
+            response = _error(401, UNAUTHORIZED)
+            response.headers["WWW-Authenticate"] = "Bearer"
+            await response(scope, receive, send)
+            return
+        scope[USER_SCOPE_KEY] = user_id
+        await self.app(scope, receive, send)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
+    return bytes(body)
+
+
+def _failure_response(exc: BaseException, where: str) -> JSONResponse:
+    """The reply for an exception out of the store; logs what the client is not told."""
+    if isinstance(exc, rest.ApiError):
+        return _error(exc.status, exc.message)
+    if isinstance(exc, ConfigError):  # the caller's argument, as the store judged it
+        return _error(400, str(exc).split("\n")[0])
+    if isinstance(exc, StoreUnavailable):
+        return _error(503, str(exc))
+    if isinstance(exc, (StoreLockedError, ClosedError)):
+        logger.warning("%s: %s: %s", where, type(exc).__name__, exc)
+        return _error(503, "the store is busy or closing; retry in a moment")
+    if isinstance(exc, ElastimemError):
+        logger.error("%s: %s: %s", where, type(exc).__name__, exc)
+        return _error(500, "the store could not complete the request; see the server log")
+    # Not ours: the message may quote user text, so only the type is logged.
+    logger.error("%s failed: %s", where, type(exc).__name__, exc_info=logger.isEnabledFor(10))
+    return _error(500, "internal error; see the server log")
+
+
+class _ExportResponse(StreamingResponse):
+    """Stops the export when the response ends, read in full or not (client gone)."""
+
+    def __init__(self, content: Any, stop: threading.Event) -> None:
+        super().__init__(
+            content,
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": 'attachment; filename="elastimem-export.jsonl"'},
+        )
+        self._stop = stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stop.set()
+
+
+def build_app(options: ServiceOptions) -> Starlette:
+    """The service as an ASGI app (run it with uvicorn, lifespan on)."""
+    state: dict[str, StorePool] = {}
+
+    def pool() -> StorePool:
+        return state["pool"]
+
+    def route(endpoint: rest.Endpoint) -> Route:
+        where = f"{endpoint.method} {endpoint.path}"
+
+        async def handle(request: Request) -> Response:
+            user_id = request.scope[USER_SCOPE_KEY]
+            try:
+                body = await _read_body(request, options.max_body)
+                if endpoint.streams:
+                    if body.strip() or request.query_params:
+                        raise rest.ApiError(400, f"{where} takes no arguments")
+                    stack = AsyncExitStack()
+                    mem = await stack.enter_async_context(pool().lease(user_id))
+                    try:
+                        chunks, stop = await rest.export_stream(stack, mem)
+                    except BaseException:
+                        await stack.aclose()
+                        raise
+                    return _ExportResponse(chunks, stop)
+                async with pool().lease(user_id) as mem:
+                    result = await rest.run_endpoint(
+                        endpoint, mem, body, request.query_params, dict(request.path_params)
+                    )
+                return JSONResponse(result, status_code=endpoint.status)
+            except Exception as exc:
+                return _failure_response(exc, where)
+
+        handle.__name__ = endpoint.operation_id
+        return Route(endpoint.path, handle, methods=[endpoint.method])
+
+    mcp: McpEndpoint | None
+    try:
+        mcp = McpEndpoint(pool, max_body=options.max_body, host=options.host)
+    except ImportError:
+        logger.warning("/mcp is off: %s", NEEDS_SDK)
+        mcp = None
+    document = rest.openapi_document(mcp=mcp is not None)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(document)
+
+    async def no_mcp(request: Request) -> Response:
+        return _error(501, NEEDS_SDK)
+
+    routes = [route(endpoint) for endpoint in rest.ENDPOINTS]
+    routes += [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/mcp", mcp) if mcp is not None else Route("/mcp", no_mcp, methods=MCP_METHODS),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async def opener(user_id: str) -> Any:
+            return await open_store(options.target, user_id, **options.store_options)
+
+        state["pool"] = StorePool(opener, options.max_open)
+        reload_on_hangup(options.keys)
+        try:
+            if mcp is not None:
+                async with mcp.session_manager.run():
+                    yield
+            else:
+                yield
+        finally:
+            await state["pool"].close_all()
+            logger.info("every store is closed")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = {404: "no such endpoint", 405: "method not allowed on this endpoint"}
+        return _error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
+
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+    )
+    app.add_middleware(_Authenticate, keys=options.keys)
+    return app
+
+
+def reload_on_hangup(keys: KeyRing) -> None:
+    """SIGHUP reads the keys file again (off the loop); a bad file keeps the old keys."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None:
+        return
+    loop = asyncio.get_running_loop()
+
+    def on_hangup() -> None:
+        task = loop.create_task(asyncio.to_thread(keys.reload))
+        _reloads.add(task)
+        task.add_done_callback(_reloads.discard)
+
+    try:
+        loop.add_signal_handler(hangup, on_hangup)
+    except (NotImplementedError, RuntimeError):  # not the main loop, or no signals here
+        logger.warning("SIGHUP reloading of the keys is not available on this platform")
+
+
+_reloads: set[asyncio.Task[bool]] = set()

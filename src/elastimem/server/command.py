@@ -1,0 +1,124 @@
+"""``elastimem serve``: the click command and the uvicorn run behind it.
+
+uvicorn owns SIGTERM and SIGINT: it stops accepting, lets the requests in flight finish (up
+to ``--drain-timeout``), then runs the app's shutdown, which closes every store. It then
+re-raises the signal to the handler that was in place before it; ours exits with status 0,
+as a stop that was asked for and done cleanly. SIGHUP reloads the keys (see ``app``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..errors import ElastimemError
+
+MISSING_EXTRA = (
+    "elastimem serve needs Starlette and uvicorn; install them with: "
+    "pip install 'elastimem[server]' (add the mcp extra for /mcp)"
+)
+
+
+def serve_command(
+    pass_state: Callable[..., Any],
+    llm_options: Callable[..., Any],
+    make_llm: Callable[[str | None, str | None, str | None], Any],
+) -> click.Command:
+    """The ``serve`` command, built from the CLI's state decorator and LLM options (handed in,
+    so this module never imports the CLI back)."""
+
+    @click.command(name="serve")
+    @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+    @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+                  help="Port to listen on.")  # fmt: skip
+    @click.option("--keys", "keys_path", required=True, metavar="KEYS.json",
+                  type=click.Path(dir_okay=False),
+                  help='JSON object {"<token>": "<user_id>"}; reloaded on SIGHUP.')  # fmt: skip
+    @click.option("--max-open", default=64, show_default=True, type=click.IntRange(1),
+                  help="Stores kept open at once (least recently used close first).")  # fmt: skip
+    @click.option("--max-body", default=1024 * 1024, show_default=True, type=click.IntRange(1),
+                  help="Largest request body in bytes (larger: 413).")  # fmt: skip
+    @click.option("--drain-timeout", default=30, show_default=True, type=click.IntRange(0),
+                  help="Seconds SIGTERM waits for requests in flight.")  # fmt: skip
+    @llm_options
+    @click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
+    @pass_state
+    def serve(state: Any, host: str, port: int, keys_path: str, max_open: int, max_body: int,
+              drain_timeout: int, llm_url: str | None, llm_model: str | None,
+              llm_key: str | None, no_embedder: bool) -> None:  # fmt: skip
+        """Serve per-user memory over HTTP: REST under /v1 and MCP at /mcp.
+
+        --db names a folder; each user's store is <folder>/<user_id>.db. Every request needs
+        "Authorization: Bearer <token>" with a token of the keys file, and reaches only that
+        token's user. Needs the extra: pip install 'elastimem[server,mcp]'.
+
+        \b
+        Example:
+          echo '{"'$(openssl rand -hex 24)'": "alice"}' > keys.json && chmod 600 keys.json
+          elastimem --db ~/memory-users serve --keys keys.json --port 8765
+        """
+        try:
+            import starlette  # noqa: F401
+            import uvicorn
+        except ImportError as exc:
+            raise click.ClickException(MISSING_EXTRA) from exc
+        from .app import ServiceOptions, build_app
+        from .keys import KeyRing
+        from .pool import check_target
+
+        target = (
+            state.db
+            or os.environ.get("ELASTIMEM_DB")
+            or os.path.join(click.get_app_dir("elastimem"), "users")
+        )
+        store_options: dict[str, Any] = {"disable_builtin_embedder": no_embedder}
+        llm = make_llm(llm_url, llm_model, llm_key)
+        if llm is not None:
+            store_options["llm"] = llm
+        if state.tier:
+            store_options["tier_override"] = state.tier
+        try:
+            check_target(target)
+            keys = KeyRing(keys_path)
+        except ElastimemError as exc:
+            raise click.ClickException(str(exc)) from exc
+        _configure_logging(state.verbose)
+        app = build_app(ServiceOptions(target, keys, max_open, max_body, host, store_options))
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            lifespan="on",
+            # Paths and queries carry fact keys and questions: logged only with -v.
+            access_log=state.verbose,
+            log_level="info" if state.verbose else "warning",
+            timeout_graceful_shutdown=drain_timeout,
+            server_header=False,
+        )
+        click.echo(
+            f"elastimem: serving {len(keys)} key(s), stores under {os.path.abspath(target)}, "
+            f"on http://{host}:{port} (REST /v1, MCP /mcp, docs /openapi.json)",
+            err=True,
+        )
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop, _stopped)
+        uvicorn.Server(config).run()
+
+    return serve
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """Runs after uvicorn's graceful shutdown, which re-raises the signal that asked for it."""
+    sys.stderr.write("elastimem: stopped\n")
+    sys.exit(0)
+
+
+def _configure_logging(verbose: bool) -> None:
+    from ..mcp_server import configure_stderr_logging
+
+    configure_stderr_logging(verbose)
