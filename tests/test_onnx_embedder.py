@@ -379,3 +379,31 @@ def test_usearch_imported_first_never_crashes_the_load(who: str, converted: Path
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     via_sentence_transformers = who == "host"
     assert done.stdout.split() == [MINILM_LABEL, str(via_sentence_transformers)]
+
+
+@pytest.mark.slow  # converts the model (10-60 s with torch)
+def test_a_conversion_that_fails_its_check_is_not_used_and_not_retried(
+    converted: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Vectors that differ from sentence-transformers' would not match those on file: the
+    ONNX model is dropped, sentence-transformers serves (same label), the reason is logged
+    and recorded, and later loads do not convert again."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(onnx_embedder.CACHE_ENV, str(cache))
+    monkeypatch.setattr(embedders, "_shared_backend", None)
+    monkeypatch.setattr(onnx_embedder, "MIN_COSINE", 1.01)  # no conversion can pass
+    embedder = BuiltinEmbedder()
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        assert embedder.load() is True
+    assert embedder.label == MINILM_LABEL
+    assert isinstance(embedder._backend, embedders._SentenceTransformerBackend)
+    assert any("does not match sentence-transformers" in r.getMessage() for r in caplog.records)
+    assert _model_files(cache) == [], "no model is kept"
+    (record,) = (p for p in (cache / "models").glob("*.json") if p.name != "weights-digest.json")
+    assert "lowest cosine" in json.loads(record.read_text())["rejected"]
+    model_dir, version = _bundled()
+    with pytest.raises(onnx_embedder.OnnxUnavailable, match="delete .* to try again"):
+        onnx_embedder.load(model_dir, version)
