@@ -78,7 +78,8 @@ class ElastimemConfig:
     vector_backend: str = "auto"
     ann_min_rows: int = 200000
     # How long recall/explain/build_context wait for the built-in model while it loads
-    # (about 0.5 s from the ONNX cache; the first-ever conversion takes 10-30 s). Past it
+    # (well under a second from the ONNX cache; the first-ever conversion takes 10-60 s
+    # on a 2-core machine). Past it
     # the result is made without the vector leg, explain() says "not_ready" and a warning
     # is logged once. 0 never waits.
     embedder_wait_seconds: float = 10.0
