@@ -28,7 +28,6 @@ Nothing here imports torch, transformers or fastembed at import time or at const
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -37,11 +36,13 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
+
+from . import hf_loading
 
 logger = logging.getLogger("elastimem")
 
@@ -76,9 +77,6 @@ _FASTEMBED_DEFAULT_CACHE_NAME = "fastembed_cache"
 # the MiniLM path is used: never a network call.
 _BGE_HUB_FOLDER = "models--qdrant--bge-small-en-v1.5-onnx-q"
 _BGE_ONNX_FILE = "model_optimized.onnx"
-
-# The variables huggingface_hub reads (once, at its import) to refuse every HTTP request.
-_HUB_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 # A text used once at load time to learn the dimension and pay the first-call overhead
 # (about 70 ms for MiniLM on 2 cores) before the first real query.
@@ -405,57 +403,6 @@ _shared_lock = threading.Lock()
 _shared_backend: weakref.ref[_Backend] | None = None
 
 
-@contextlib.contextmanager
-def _hub_offline() -> Iterator[None]:
-    """Keep huggingface_hub from any HTTP request for the duration of a load.
-
-    Does nothing when the host set either offline variable itself. huggingface_hub reads
-    the variables once, at its import, into ``constants.HF_HUB_OFFLINE``; so the flag is
-    also set there while the block runs, and afterwards put back to what the host had,
-    instead of leaving the whole process offline because our load imported the hub first.
-    """
-    if any(name in os.environ for name in _HUB_OFFLINE_ENV):
-        yield
-        return
-    constants: Any = sys.modules.get("huggingface_hub.constants")
-    previous = getattr(constants, "HF_HUB_OFFLINE", False)
-    for name in _HUB_OFFLINE_ENV:
-        os.environ[name] = "1"
-    if constants is not None:
-        constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        for name in _HUB_OFFLINE_ENV:
-            os.environ.pop(name, None)
-        constants = sys.modules.get("huggingface_hub.constants")
-        if constants is not None:
-            constants.HF_HUB_OFFLINE = previous
-
-
-@contextlib.contextmanager
-def _quiet_transformers_progress() -> Iterator[None]:
-    """Hide the "Loading weights" tqdm bar transformers writes to stderr, then restore."""
-    try:
-        from huggingface_hub import utils as hub_utils
-        from transformers.utils import logging as hf_logging
-    except Exception:  # an older or partial install: nothing to silence
-        yield
-        return
-    transformers_bars = hf_logging.is_progress_bar_enabled()
-    hub_bars_disabled = hub_utils.are_progress_bars_disabled()
-    hf_logging.disable_progress_bar()  # also disables the hub's bars
-    try:
-        yield
-    finally:
-        if transformers_bars:
-            hf_logging.enable_progress_bar()  # also re-enables the hub's bars
-        if hub_bars_disabled and not hub_utils.are_progress_bars_disabled():
-            hub_utils.disable_progress_bars()
-        elif not hub_bars_disabled and hub_utils.are_progress_bars_disabled():
-            hub_utils.enable_progress_bars()
-
-
 def _load_fastembed(allow_download: bool) -> tuple[_Backend | None, str]:
     """Step 1 of §5.13. Returns the backend, or None and why it was skipped."""
     cache_dir = fastembed_cache_dir()
@@ -522,31 +469,17 @@ def _load_sentence_transformers() -> tuple[_Backend | None, str]:
         return None, reason
     host_has_torch = "torch" in sys.modules
     try:
-        with _hub_offline():
+        with hf_loading.hub_offline():
             from sentence_transformers import SentenceTransformer
 
             if not host_has_torch:
-                _one_torch_thread()
+                hf_loading.one_torch_thread()
 
-            with _quiet_transformers_progress():
+            with hf_loading.quiet_transformers_progress():
                 model = SentenceTransformer(str(model_path), device="cpu", local_files_only=True)
     except Exception as exc:
         return None, f"sentence-transformers: could not load {model_path} ({exc})"
     return _SentenceTransformerBackend(model, MINILM_LABEL), ""
-
-
-def _one_torch_thread() -> None:
-    """Run torch's kernels on one thread, when elastimem is what brought torch in.
-
-    The host's own model (llama.cpp, Ollama) keeps the cores busy, and torch's thread pool
-    spins waiting for cores it cannot get: on the 2-core machine under load, one query took
-    170 ms with torch's default of 2 threads against 34 ms with 1, and short texts embedded
-    at 46 against 92 per second (benchmarks/embedder_throughput.py --torch-threads 1). A
-    host that imported torch itself keeps its own setting; this is process-wide.
-    """
-    import torch
-
-    torch.set_num_threads(1)
 
 
 class BuiltinEmbedder:

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from . import hf_loading
+
 logger = logging.getLogger("elastimem")
 
 CACHE_ENV = "ELASTIMEM_CACHE_DIR"
@@ -57,7 +59,7 @@ MIN_COSINE = 0.999
 # The meta file's layout; a different number is treated as absent (converted again).
 META_FORMAT = 2
 # The model is the host's guest: one kernel thread, like the torch path (the host's own
-# model needs the cores; see embedders._one_torch_thread for the figures).
+# model needs the cores; see hf_loading.one_torch_thread for the figures).
 INTRA_OP_THREADS = 1
 _READ_BLOCK = 1 << 20
 
@@ -361,11 +363,9 @@ def convert(model_dir: Path, target: Path, meta_path: Path, max_len: int) -> Non
             f"no cached ONNX model, and torch / sentence-transformers to convert one are not "
             f"importable ({exc})"
         ) from exc
-    from . import embedders  # the ST path's offline and quiet loading, and its one thread
-
     if not host_has_torch:
-        embedders._one_torch_thread()
-    with embedders._hub_offline(), embedders._quiet_transformers_progress():
+        hf_loading.one_torch_thread()
+    with hf_loading.hub_offline(), hf_loading.quiet_transformers_progress():
         st_model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
     st_model.eval()
     folder = target.parent
