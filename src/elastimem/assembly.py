@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import procedural, retrieval, semantic
+from . import fact_vectors, procedural, retrieval, semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .errors import ClosedError
 from .governor import MemoryProfile
@@ -158,9 +158,10 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if state["terms"]:
             from .background import vector_leg
 
-            # Started first: the query is embedded on a helper thread while the facts
-            # and the graph are read.
+            # Started first: the query is embedded on a helper thread while the graph and
+            # the past moments' keyword legs are read.
             state["leg"] = vector_leg(services, user_input, profile)
+            state["fact_leg"] = fact_vectors.leg(services, user_input, profile)
 
     def signal_in(conn: Any) -> Any:
         """The query's graph signal (None without terms), read once: inside the facts
@@ -173,7 +174,9 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         return state["signal"]
 
     def user_facts() -> None:
-        lines, ids = _fact_lines(services, state["terms"], None, read_signal=signal_in)
+        lines, ids = _fact_lines(
+            services, state["terms"], None, read_signal=signal_in, fact_leg=state.get("fact_leg")
+        )
         text, kept = fit_lines_indexed(lines, budgets.facts, est)
         sections["user_facts"] = text
         fact_ids.extend(ids[i] for i in kept)
@@ -222,9 +225,11 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         sections["lessons"] = fit_lines(lines, budgets.lessons, est)
 
     guarded("retrieval", prepare)
-    guarded("user_facts", user_facts)
     guarded("graph_context", graph_context)
     guarded("relevant_past_moments", past_moments)
+    # After the past moments, whose vector leg leaves the query vector in the query cache
+    # for the facts' vector leg (the facts are ordered by it: §5.8 step 2).
+    guarded("user_facts", user_facts)
     guarded("previous_sessions", previous_sessions)
     guarded("lessons", lessons)
 
@@ -266,8 +271,11 @@ def _fact_lines(
     signal: Any,
     *,
     read_signal: Callable[[Any], Any] | None = None,
+    fact_leg: retrieval.FactVectorLeg | None = None,
 ) -> tuple[list[str], list[int]]:
-    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2).
+    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2),
+    relevance fused from the keyword leg and ``fact_leg`` (the facts' vector leg) as in
+    recall.
 
     ``read_signal``: gives the graph signal, read through this step's connection (it then
     stands for ``signal``)."""
@@ -278,9 +286,10 @@ def _fact_lines(
     with services.db.read() as conn:
         live = services.live_facts.rows(conn)
         relevance: dict[int, float] = {}
+        found: list[tuple[int, float]] | None = None
         if terms:
             indexes = keyword_index(services, services.profile())
-            relevance = retrieval.fact_keyword_leg(
+            keyword = retrieval.fact_keyword_leg(
                 conn,
                 terms,
                 retrieval.Filters(),
@@ -288,6 +297,8 @@ def _fact_lines(
                 index=indexes.facts if indexes is not None else None,
                 live_ids=[row[0] for row in live],
             )
+            found = retrieval.run_fact_vector_leg(conn, retrieval.Filters(), fact_leg)
+            relevance, _vector = retrieval.fuse_fact_legs(keyword, found, weights)
         if read_signal is not None:
             signal = read_signal(conn)
     profile_facts = [row for row in live if row[3] == "profile"]
