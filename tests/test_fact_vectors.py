@@ -91,6 +91,10 @@ def test_a_remembered_fact_is_found_by_meaning(
     assert "my allergies is peanuts" in [t for call in concept.calls for t in call]
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
     assert fact_texts(mem.recall("which company pays my salary?")) == ["employer: Acme"]
+    (breakdown,) = mem.explain("what am I allergic to?").fact_breakdowns
+    weights = retrieval.DEFAULT_WEIGHTS
+    assert breakdown.fts == 0 and breakdown.vector == 1.0  # cosine 0.71: above FULL
+    assert breakdown.relevance == pytest.approx(weights.vec / (weights.fts + weights.vec))
     # Keyword legs alone find neither: the words differ ("allergic" is not "allergies").
     mem.close()
     keywords = make_store()

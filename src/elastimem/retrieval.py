@@ -283,6 +283,8 @@ def _fact_breakdown(c: _Candidate) -> FactScoreBreakdown:
         graph_matched_names=c.names,
         total=c.total,
         importance_nudge=c.importance_nudge,
+        fts=c.fts,
+        vector=c.vector,
     )
 
 
