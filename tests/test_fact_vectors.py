@@ -250,14 +250,14 @@ def test_a_failing_facts_vector_leg_costs_only_that_leg(
 
     monkeypatch.setattr(fact_vectors.FactMatrix, "search", broken)
     assert fact_texts(mem.recall("allergies")) == ["allergies: peanuts"]  # keywords still
-    assert mem.build_context("allergies please").sections["user_facts"] == (
-        "- allergies: peanuts"
-    )
+    assert mem.build_context("allergies please").sections["user_facts"] == ("- allergies: peanuts")
 
 
 def test_fact_cosines_have_an_absolute_scale() -> None:
     floor, full = retrieval.FACT_COSINE_FLOOR, retrieval.FACT_COSINE_FULL
-    scores = retrieval.normalise_fact_cosines([(1, full + 0.1), (2, (floor + full) / 2), (3, floor)])
+    scores = retrieval.normalise_fact_cosines(
+        [(1, full + 0.1), (2, (floor + full) / 2), (3, floor)]
+    )
     assert scores == {1: 1.0, 2: pytest.approx(0.5)}  # the floor itself scores nothing
     # One fact alone is not 1.0 because it is the best.
     assert retrieval.normalise_fact_cosines([(7, floor - 0.01)]) == {}
@@ -296,7 +296,9 @@ def test_off_topic_questions_bring_no_fact_by_meaning(builtin_store: Any) -> Non
     from elastimem.text import query_terms, word_tokens
 
     mem, data = builtin_store
-    stored = {w for k, v in data["facts"].items() for w in word_tokens(f"{k} {v}".replace("_", " "))}
+    stored = {
+        w for k, v in data["facts"].items() for w in word_tokens(f"{k} {v}".replace("_", " "))
+    }
     asked = 0
     for question in data["off_topic"]:
         if {t.casefold() for t in query_terms(question)} & stored:
