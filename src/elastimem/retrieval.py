@@ -150,12 +150,13 @@ DEFAULT_WEIGHTS = Weights()
 #   rule: 0.743 / 0.742 at R@5; an absolute 0.1 cosine floor on the chunk vector leg: no
 #   change; exact figures: before 0.74600 / 0.81532, chosen 0.74512 / 0.81312)
 #
-# A restricted rule changes the answer of about 16 of the 760 questions, either way; the net is about one question's evidence share (0.001-0.002),
-# the price of the two fixes above. On the synthetic set of tests/test_recall_tuning.py it
-# is a gain (paraphrase recall@5 0.741 -> 0.778): a receiver floor above ~0.19 lost a
-# keyword answer there (the Volvo repair quote, cosine 0.19 with that set's embedder).
-# 0.35 stays above the demo's ramen echo (0.32); the half share was left out because it
-# lifts the peanut exchange back to within 0.006 of the Biscuit one in the demo.
+# A restricted rule changes the answer of about 16 of the 760 questions, either way; the
+# net is about one question's evidence share (0.001-0.002), the price of the two fixes
+# above. On the synthetic set of tests/test_recall_tuning.py it is a gain (paraphrase
+# recall@5 0.741 -> 0.778); a receiver floor above ~0.19 lost a keyword answer there (the
+# Volvo repair quote, cosine 0.19 with that set's embedder). 0.35 stays above the demo's
+# ramen echo (0.32); the half share was left out because it lifts the peanut exchange
+# back to within 0.006 of the Biscuit one in the demo.
 NEIGHBOUR_GIVER_MIN_COSINE = 0.35
 NEIGHBOUR_MIN_COSINE = 0.15
 
