@@ -74,6 +74,15 @@ def pending(
     ]
 
 
+def any_without_vector(conn: sqlite3.Connection) -> bool:
+    """Whether a live, unarchived fact has no vector at all (of any model)."""
+    row = conn.execute(
+        "SELECT 1 FROM facts f WHERE f.invalidated_at IS NULL AND f.archived = 0 AND NOT EXISTS "
+        "(SELECT 1 FROM fact_vectors v WHERE v.fact_id = f.id) LIMIT 1"
+    ).fetchone()
+    return row is not None
+
+
 def all_live(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
     """``(id, key, value)`` of every live, unarchived fact (``reindex(force=True)``)."""
     return [

@@ -742,9 +742,10 @@ def _import_lines(
             raise _bad(last_line, "is the last one, but the _end trailer is missing; the file "
                                   "is truncated")  # fmt: skip
         _finish_import(conn, database, importer)
-        if importer.counts["facts"]:
+        if fact_vectors.any_without_vector(conn):
             # Facts of an export without their vectors (an older one, or made before they
-            # were embedded) are embedded by the worker.
+            # were embedded) are embedded by the worker. Only then: a queued job would be
+            # exported again, and export -> import -> export must stay identical.
             fact_vectors.queue(conn, services)
     if progress is not None:
         progress(importer.rows, importer.rows)
