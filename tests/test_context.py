@@ -260,7 +260,7 @@ def test_a_failing_component_leaves_only_its_section_empty(
     assert plan.sections["relevant_past_moments"] == ""
     assert plan.sections["user_facts"] == "- name: Ada"
     assert plan.sections["lessons"] == "- Ask about allergies"
-    monkeypatch.setattr(assembly, "_fact_lines", boom)
+    monkeypatch.setattr(assembly, "_read_facts", boom)
     monkeypatch.setattr(mem._services, "est", boom)
     plan = mem.build_context("quinoa salad")
     assert isinstance(plan, elastimem.ContextPlan)

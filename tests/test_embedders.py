@@ -641,6 +641,29 @@ def test_recall_waits_for_the_built_in_model_while_it_loads(
     assert _not_ready_warnings(caplog) == []
 
 
+def test_a_facts_only_recall_waits_for_the_loading_model_too(
+    fake_fastembed: type[_FakeTextEmbedding],
+    embedder_env: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The facts' vector leg goes through the same gate: recall(kinds=["fact"]) alone does
+    not answer on keywords while the model is still loading."""
+    _lay_out_bge_cache(embedder_env)
+    loaded = threading.Event()
+    fake_fastembed.loaded_when = loaded
+    with elastimem.Elastimem(
+        str(tmp_path / "f.db"), tier_override="full", embedder_wait_seconds=60
+    ) as mem:
+        mem.remember("pet", "a border collie called Juniper")
+        timer = threading.Timer(0.3, loaded.set)
+        timer.start()
+        mem.recall("Do I own any animals?", kinds=["fact"])
+        assert mem.stats()["embedder"] == "ready"  # the recall waited for the load
+    timer.join()
+    assert _not_ready_warnings(caplog) == []
+
+
 def test_a_model_that_never_gets_ready_is_reported_and_warned_once(
     fake_fastembed: type[_FakeTextEmbedding],
     embedder_env: Path,

@@ -188,9 +188,15 @@ def expected_session_counts(mem: elastimem.Elastimem, session_id: int) -> dict[s
             "sessions": 1,
             "messages": one("SELECT count(*) FROM messages WHERE session_id = ?", session_id),
             "chunks": one("SELECT count(*) FROM chunks WHERE session_id = ?", session_id),
+            # The chunks' vectors and those of the erased keys' facts.
             "vectors": one(
                 "SELECT count(*) FROM chunks WHERE session_id = ? AND embedding IS NOT NULL",
                 session_id,
+            )
+            + one(
+                "SELECT count(*) FROM fact_vectors WHERE fact_id IN "
+                f"(SELECT id FROM facts WHERE key IN ({marks}))",
+                *keys,
             ),
             "graph_edges": 1,
             "graph_nodes": 1,
@@ -205,8 +211,9 @@ def test_erase_session_leaves_no_trace_anywhere(
 ) -> None:
     mem, keep, erase = build(make_store, embedder)
     path = mem.path
+    assert mem.drain(10)
     expected = expected_session_counts(mem, erase)
-    assert expected["vectors"] == expected["chunks"] >= 3
+    assert expected["vectors"] > expected["chunks"] >= 3  # fact vectors too
     assert expected["facts"] == 4 and expected["fact_keys"] == 2  # secret_word ×2, location ×2
     assert expected["quarantine"] == 2 and expected["jobs"] == 1
     # The test means something only if the marker was there to begin with.
@@ -295,12 +302,20 @@ def test_erase_key_removes_every_version_review_and_quarantine_row(
     mem, _keep, erase = build(make_store, embedder)
     mem.remember("location", "Dallas")  # a third version
     assert len(mem.fact_history("location")) == 3
+    assert mem.drain(10)
+    with mem._db.read() as conn:
+        vectors = conn.execute(
+            "SELECT count(*) FROM fact_vectors WHERE fact_id IN "
+            "(SELECT id FROM facts WHERE key = 'location')"
+        ).fetchone()[0]
+    assert vectors >= 1  # Dallas, the live version, at least
     counts = mem.erase(key="Location")  # normalised like every key
     assert counts == {
         **dict.fromkeys(ERASE_COUNT_KEYS, 0),
         "facts": 3,
         "fact_keys": 1,
         "quarantine": 1,
+        "vectors": vectors,
     }
     assert mem.fact_history("location") == []
     assert mem.timeline("location").versions == ()

@@ -369,7 +369,7 @@ def test_build_context_gets_the_graph_when_the_facts_step_fails(
     def boom(*args: object, **kwargs: object) -> Any:
         raise RuntimeError("facts exploded")
 
-    monkeypatch.setattr(assembly, "_fact_lines", boom)
+    monkeypatch.setattr(assembly, "_read_facts", boom)
     plan = store.build_context("what do you remember about Tuffy and the weather?")
     assert plan.sections["user_facts"] == ""
     assert "tuffy" in plan.sections["graph_context"]

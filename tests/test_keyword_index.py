@@ -110,6 +110,34 @@ def test_scores_and_order_match_fts5_bm25(filled: elastimem.Elastimem, store_pat
                 assert_same_ranking(ours, fts5_top(conn, terms, limit))
 
 
+SHORT_WORDS = "5 7 59 2 2024 c x v room ticket printer python version floor".split()
+
+
+def test_one_character_terms_rank_as_in_fts5(
+    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+) -> None:
+    """Digits and one-letter words are query terms too (issue 15): each is one FTS5
+    token, scored from the cached postings exactly as bm25() scores it."""
+    mem = make_store()
+    rng = random.Random(21)
+    mem.begin_session()
+    for _ in range(150):
+        mem.record_turn(
+            " ".join(rng.choice(SHORT_WORDS) for _ in range(rng.randint(1, 12))),
+            " ".join(rng.choice(SHORT_WORDS) for _ in range(rng.randint(0, 6))),
+        )
+    index = KeywordIndex()
+    with snapshot(store_path) as conn:
+        for _ in range(40):
+            terms = query_terms(" ".join(rng.choice(SHORT_WORDS) for _ in range(rng.randint(1, 5))))
+            assert terms
+            for limit in (5, 50):
+                ours = index.top(conn, terms, limit)
+                assert ours is not None
+                assert_same_ranking(ours, fts5_top(conn, terms, limit))
+        assert_same_ranking(index.top(conn, ["7"], 50) or [], fts5_top(conn, ["7"], 50))
+
+
 def test_a_stem_shared_by_two_terms_counts_twice_as_in_fts5(
     filled: elastimem.Elastimem, store_path: Path
 ) -> None:

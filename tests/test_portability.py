@@ -25,7 +25,7 @@ from elastimem.portability import EXPORT_TABLES
 from .conftest import HashEmbedder
 
 Factory = Callable[..., elastimem.Elastimem]
-PK = {"meta": "key", "graph_mentions": "node_id, chunk_id"}
+PK = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
 TRICKY = 'Café ☕ — “quoted” "double" back\\slash\tTab line\u2028separator 😀 \x7f'
 
 
@@ -180,7 +180,7 @@ def test_round_trip_is_lossless(
     first = split_lines(export_file.read_text("utf-8"))
     header = json.loads(first[0])
     assert header["format"] == "elastimem-export" and header["format_version"] == 1
-    assert header["schema_version"] == 6 and header["embedding_model"] == "host"
+    assert header["schema_version"] == 7 and header["embedding_model"] == "host"
     assert header["library_version"] == elastimem.__version__
     assert json.loads(first[-1]) == {"table": "_end", "rows": sum(counts.values())}
     tables = [json.loads(line)["table"] for line in first[1:-1]]

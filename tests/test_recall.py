@@ -264,3 +264,124 @@ def test_neighbours_are_found_across_interleaved_sessions(
     assert second.chunk_id - first.chunk_id == 2
     assert first.neighbour == pytest.approx(weight * (second.fused_relevance - second.neighbour))
     assert second.neighbour == pytest.approx(weight * (first.fused_relevance - first.neighbour))
+
+
+# -- neighbour share, one-character terms (issue 15, point 4) ----------------------------------
+
+
+class TableEmbedder:
+    """Vectors chosen per text: the first known phrase in the text's first line decides."""
+
+    TABLE = {
+        "python": [1.0, 0.0, 0.0],
+        "sourdough": [0.1, 0.995, 0.0],  # cosine 0.1 to the question: off-topic
+        "pip": [0.5, 0.0, 0.866],  # cosine 0.5: about the question too
+        "zurich": [0.2, 0.0, 0.98],
+    }
+
+    def vector(self, text: str) -> list[float]:
+        first = text.casefold().split("\n", 1)[0]
+        for phrase, vector in self.TABLE.items():
+            if phrase in first:
+                return vector
+        return [0.0, 0.0, 1.0]
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+
+def test_an_off_topic_neighbour_does_not_ride_into_the_results(make_store: Any) -> None:
+    mem = make_store(embedder=TableEmbedder())
+    mem.begin_session()
+    mem.record_turn("We flew to Zurich last spring", "Lovely city")
+    mem.begin_session()
+    mem.record_turn("I bake sourdough every weekend", "Sounds delicious.")
+    mem.record_turn("How do I reverse a python list?", "Use slicing: items[::-1].")
+    mem.record_turn("And pip keeps failing on my laptop", "Upgrade pip first.")
+    mem.end_session()
+    assert mem.drain(10)
+    explained = mem.explain("reverse a python list", 5)
+    texts = [h.text.split("\n")[0] for h in explained.hits]
+    assert texts[0] == "User: How do I reverse a python list?"
+    by_id = {b.chunk_id: b for b in explained.chunk_breakdowns}
+    share = {h.text.split("\n")[0]: by_id[h.id].neighbour for h in explained.hits}
+    # The sourdough exchange sits next to the answer but matches nothing of the question:
+    # no share (it came second before). The pip one matches a little by meaning: it keeps it.
+    assert share.get("User: I bake sourdough every weekend", 0.0) == 0.0
+    assert share["User: And pip keeps failing on my laptop"] > 0
+    assert texts.index("User: We flew to Zurich last spring") < texts.index(
+        "User: I bake sourdough every weekend"
+    )
+
+
+def load_demo(mem: elastimem.Elastimem) -> None:
+    from elastimem.cli import load_demo_conversation
+
+    for session in load_demo_conversation()["sessions"]:
+        mem.begin_session(session["host_tag"], at=session["started_at"])
+        for user, assistant in session["turns"]:
+            mem.record_turn(user, assistant)
+        mem.end_session()
+
+
+def test_the_demo_names_the_dog_first_keyword_only(make_store: Any) -> None:
+    mem = make_store()
+    load_demo(mem)
+    assert "named Biscuit" in mem.recall("What is my dog called?", 1)[0].text
+
+
+@pytest.mark.embedder
+def test_the_demo_names_the_dog_first_with_the_builtin_embedder(tmp_path: Any) -> None:
+    with elastimem.Elastimem(str(tmp_path / "demo.db")) as mem:
+        if not mem.warm_up(120):
+            pytest.skip("the built-in embedder is not installed")
+        load_demo(mem)
+        assert mem.drain(60)
+        hits = mem.recall("What is my dog called?", 3)
+        assert "named Biscuit" in hits[0].text, [h.text[:60] for h in hits]
+
+
+@pytest.mark.parametrize("fts", [True, False])
+def test_one_character_words_and_numbers_are_searched(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch, fts: bool
+) -> None:
+    if not fts:
+        monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")
+    mem = make_store()
+    mem.record_turn("Ticket 59: the printer on floor 2 jams", "I'll escalate ticket 59.")
+    mem.record_turn("Ticket 7: the printer prints blank pages", "Try a new cartridge.")
+    mem.record_turn("We moved the meeting to room 5", "Got it.")
+    mem.record_turn("The meeting is in room 12 on Monday", "Noted.")
+    mem.record_turn("I still write scripts in python 2", "Consider upgrading.")
+    mem.record_turn("Our new service runs on python 3.12", "Nice.")
+    assert mem.recall("ticket 7 printer", 1)[0].text.startswith("User: Ticket 7:")
+    assert mem.recall("room 5", 1)[0].text.startswith("User: We moved the meeting to room 5")
+    assert mem.recall("python 3", 1)[0].text.startswith("User: Our new service")
+
+
+def test_query_terms_keep_short_terms_that_carry_the_question() -> None:
+    terms = text_module.query_terms
+    assert terms("ticket 7 printer") == ["ticket", "7", "printer"]
+    assert terms("room 5") == ["room", "5"]
+    assert terms("vitamin C") == ["vitamin", "C"]
+    # Stopwords and what apostrophes leave of contractions are still no terms.
+    assert terms("I'm a nurse, it's what I do, don't ask") == ["nurse", "don", "ask"]
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_query_terms_properties(query: str) -> None:
+    terms = text_module.query_terms(query)
+    assert len(terms) <= text_module.MAX_QUERY_TERMS
+    assert len({t.lower() for t in terms}) == len(terms)
+    for term in terms:
+        assert term and all(ch.isalnum() for ch in term)
+        assert term.lower() not in text_module.CONTRACTION_PIECES
+    if any(t.lower() not in text_module.STOPWORDS for t in terms):
+        assert all(t.lower() not in text_module.STOPWORDS for t in terms)
+    # Every digit typed as a word of its own stays a term (within the first 16).
+    words = text_module._WORD_RUN.findall(query)
+    if len(words) <= text_module.MAX_QUERY_TERMS and all(w.isascii() for w in words):
+        for word in words:
+            if len(word) == 1 and word.isdigit():
+                assert word in terms

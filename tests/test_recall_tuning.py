@@ -569,8 +569,11 @@ HOP_QUESTIONS = [
 # Measured 2026-11-29. The paraphrase misses are keyword noise outvoting the vector leg
 # ("did we get a mutt?" matches "get" elsewhere; porter stems "used" to "us"), which the
 # fusion keeps on purpose: on LoCoMo the keyword leg is the stronger one.
+# 2026-12-01 (issue 15): the neighbour share only between exchanges that match the question
+# by themselves (retrieval.NEIGHBOUR_MIN_COSINE) took paraphrase from 0.7407 to 0.7778
+# ("did we get a mutt?" is now found), all from 0.8281 to 0.8438.
 SYNTHETIC_FIGURES = {
-    "tuned": {"keyword": 1.0, "paraphrase": 0.7407, "hop": 0.6, "all": 0.8281},
+    "tuned": {"keyword": 1.0, "paraphrase": 0.7778, "hop": 0.6, "all": 0.8438},
     "spec_start": {"keyword": 0.963, "paraphrase": 0.7778, "hop": 0.2, "all": 0.7656},
 }
 

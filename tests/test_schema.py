@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,8 @@ from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
 from tests.legacy_layouts import create_legacy_store
 
-SNAPSHOT = Path(__file__).parent / "data" / "schema_v6.sql"
+SNAPSHOT = Path(__file__).parent / "data" / "schema_v7.sql"
+SNAPSHOT_V6 = Path(__file__).parent / "data" / "schema_v6.sql"
 SNAPSHOT_V5 = Path(__file__).parent / "data" / "schema_v5.sql"
 GRAPH_TRIGGERS = [
     f"graph_stamp_{part}_{when}"
@@ -74,7 +76,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
         hits = mem.recall("Lisbon")  # FTS rebuilt over the old rows
         assert any(h.kind == "chunk" and "Lisbon" in h.text for h in hits)
         stats = mem.stats()
-        assert stats["schema_version"] == migrations.CURRENT_SCHEMA_VERSION == 6
+        assert stats["schema_version"] == migrations.CURRENT_SCHEMA_VERSION == 7
         if version >= 2:
             # The old "user" node was folded into the self node; its edge survived on it.
             assert stats["graph_nodes"] == 1
@@ -82,7 +84,7 @@ def test_migration_keeps_data_and_canonicalises_timestamps(tmp_path: Path, versi
     conn = sqlite3.connect(path)
     try:
         ledger = [r[0] for r in conn.execute("SELECT version FROM schema_migrations ORDER BY 1")]
-        assert ledger == [v for v in (2, 3, 4, 5, 6) if v > version]
+        assert ledger == [v for v in (2, 3, 4, 5, 6, 7) if v > version]
         kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
         assert kinds.count("migrated") == len(ledger)
         lessons = conn.execute("SELECT created_at, last_used_at FROM lessons").fetchone()
@@ -101,11 +103,11 @@ def test_fresh_store_records_creation(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta"))
-        assert meta["schema_version"] == "6"
+        assert meta["schema_version"] == "7"
         assert meta["created_by"] == elastimem.__version__
         assert TIMESTAMP_PATTERN.match(meta["created_at"])
         assert conn.execute("SELECT version, name FROM schema_migrations").fetchall() == [
-            (6, "initial")
+            (7, "initial")
         ]
         assert [r[0] for r in conn.execute("SELECT kind FROM events")][:1] == ["created"]
     finally:
@@ -180,6 +182,7 @@ def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
         mem.remember("location", "Lisbon")
     conn = sqlite3.connect(old)  # back to v4 as an older elastimem left it
     with conn:
+        undo_v7(conn)
         for name in ("facts_stamp_ai", "facts_stamp_ad", "facts_stamp_au", *GRAPH_TRIGGERS):
             conn.execute(f"DROP TRIGGER {name}")
         conn.execute("DELETE FROM meta WHERE key IN ('facts.stamp', 'graph.stamp')")
@@ -189,7 +192,7 @@ def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
     with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
         assert mem.facts() == {"location": "Lisbon"}
         mem.remember("location", "Porto")
-        assert mem.stats()["schema_version"] == 6
+        assert mem.stats()["schema_version"] == 7
     assert normalised_schema(old) == normalised_schema(fresh)
     conn = sqlite3.connect(old)
     try:
@@ -197,13 +200,61 @@ def test_a_v4_store_gains_the_facts_stamp_triggers(tmp_path: Path) -> None:
         stamp = conn.execute("SELECT value FROM meta WHERE key = 'facts.stamp'").fetchone()
     finally:
         conn.close()
-    assert ledger == [4, 5, 6] and stamp is not None
+    assert ledger == [4, 5, 6, 7] and stamp is not None
+
+
+def undo_v7(conn: sqlite3.Connection) -> None:
+    """What v7 added (the fact vectors), gone as in a store of an older elastimem."""
+    for name in ("fact_vectors_stamp_ai", "fact_vectors_stamp_ad", "fact_vectors_stamp_au"):
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute("DROP TABLE fact_vectors")
+    conn.execute("DELETE FROM meta WHERE key = 'fact_vectors.stamp'")
+
+
+def back_to_v6(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        undo_v7(conn)
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+        conn.execute("UPDATE schema_migrations SET version = 6")
+    conn.close()
+
+
+def test_a_v6_store_migrates_to_v7_keeps_its_facts_and_embeds_them(
+    tmp_path: Path, embedder: Any
+) -> None:
+    fresh = tmp_path / "fresh.db"
+    old = tmp_path / "v6.db"
+    open_and_close(fresh)
+    with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
+        mem.remember("allergies", "peanuts")
+    back_to_v6(old)
+    assert normalised_schema(old) == SNAPSHOT_V6.read_text("utf-8")
+    with elastimem.Elastimem(str(old), embedder=embedder) as mem:
+        assert mem.stats()["schema_version"] == 7
+        # The worker's idle backfill embeds the facts stored before v7.
+        for _ in range(200):
+            if mem.stats()["embedded_facts"] == 1:
+                break
+            mem.drain(0.1)
+        assert mem.stats()["embedded_facts"] == 1
+        assert [h.text for h in mem.recall("peanuts allergies", kinds=["fact"])] == [
+            "allergies: peanuts"
+        ]
+    assert normalised_schema(old) == normalised_schema(fresh) == SNAPSHOT.read_text("utf-8")
+    conn = sqlite3.connect(old)
+    try:
+        ledger = conn.execute("SELECT version, name FROM schema_migrations ORDER BY 1").fetchall()
+    finally:
+        conn.close()
+    assert ledger == [(6, "initial"), (7, "m007_fact_vectors")]
 
 
 def back_to_v5(path: Path) -> None:
     """What an elastimem of schema v5 left: no graph stamp triggers, no stamp."""
     conn = sqlite3.connect(path)
     with conn:
+        undo_v7(conn)
         for name in GRAPH_TRIGGERS:
             conn.execute(f"DROP TRIGGER {name}")
         conn.execute("DELETE FROM meta WHERE key = 'graph.stamp'")
@@ -222,7 +273,7 @@ def test_a_v5_store_migrates_to_v6_and_equals_a_fresh_one(tmp_path: Path) -> Non
     assert normalised_schema(old) == SNAPSHOT_V5.read_text("utf-8")
     with elastimem.Elastimem(str(old), disable_builtin_embedder=True) as mem:
         assert mem.facts() == {"location": "Lisbon"}
-        assert mem.stats()["schema_version"] == 6
+        assert mem.stats()["schema_version"] == 7
     assert normalised_schema(old) == normalised_schema(fresh) == SNAPSHOT.read_text("utf-8")
     conn = sqlite3.connect(old)
     try:
@@ -230,7 +281,7 @@ def test_a_v5_store_migrates_to_v6_and_equals_a_fresh_one(tmp_path: Path) -> Non
         stamp = conn.execute("SELECT value FROM meta WHERE key = 'graph.stamp'").fetchone()
     finally:
         conn.close()
-    assert ledger == [(5, "initial"), (6, "m006_graph_stamp")]
+    assert ledger == [(5, "initial"), (6, "m006_graph_stamp"), (7, "m007_fact_vectors")]
     assert stamp is not None and re.fullmatch(r"[0-9A-F]{16}", stamp[0])
 
 

@@ -86,7 +86,7 @@ def test_locked_file_raises_and_is_never_renamed(tmp_path: Path, fast_busy_timeo
         holder.execute("ROLLBACK")
         holder.close()
     with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
-        assert mem.stats()["schema_version"] == 6
+        assert mem.stats()["schema_version"] == 7
 
 
 def test_a_path_that_cannot_be_created_gets_a_clear_error(tmp_path: Path) -> None:

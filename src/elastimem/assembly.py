@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import procedural, retrieval, semantic
+from . import fact_vectors, procedural, retrieval, semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .errors import ClosedError
 from .governor import MemoryProfile
@@ -158,9 +158,10 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if state["terms"]:
             from .background import vector_leg
 
-            # Started first: the query is embedded on a helper thread while the facts
-            # and the graph are read.
+            # Started first: the query is embedded on a helper thread while the graph and
+            # the past moments' keyword legs are read.
             state["leg"] = vector_leg(services, user_input, profile)
+            state["fact_leg"] = fact_vectors.leg(services, user_input, profile)
 
     def signal_in(conn: Any) -> Any:
         """The query's graph signal (None without terms), read once: inside the facts
@@ -172,8 +173,15 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             state["signal"] = graph_signal(services, user_input, conn)
         return state["signal"]
 
+    def read_facts() -> None:
+        state["facts"] = _read_facts(
+            services, state["terms"], None, read_signal=signal_in, fact_leg=state.get("fact_leg")
+        )
+
     def user_facts() -> None:
-        lines, ids = _fact_lines(services, state["terms"], None, read_signal=signal_in)
+        if state.get("facts") is None:
+            return
+        lines, ids = state["facts"].lines()
         text, kept = fit_lines_indexed(lines, budgets.facts, est)
         sections["user_facts"] = text
         fact_ids.extend(ids[i] for i in kept)
@@ -222,9 +230,12 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         sections["lessons"] = fit_lines(lines, budgets.lessons, est)
 
     guarded("retrieval", prepare)
-    guarded("user_facts", user_facts)
+    guarded("user_facts", read_facts)
     guarded("graph_context", graph_context)
     guarded("relevant_past_moments", past_moments)
+    # Ordered after the past moments, whose vector leg leaves the query vector in the
+    # query cache for the facts' vector leg.
+    guarded("user_facts", user_facts)
     guarded("previous_sessions", previous_sessions)
     guarded("lessons", lessons)
 
@@ -266,21 +277,63 @@ def _fact_lines(
     signal: Any,
     *,
     read_signal: Callable[[Any], Any] | None = None,
+    fact_leg: retrieval.FactVectorLeg | None = None,
 ) -> tuple[list[str], list[int]]:
-    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2).
+    """Profile facts in ``facts()`` order, then notes by their fact total (§5.8 step 2),
+    relevance fused from the keyword leg and ``fact_leg`` (the facts' vector leg) as in
+    recall.
 
     ``read_signal``: gives the graph signal, read through this step's connection (it then
     stands for ``signal``)."""
+    return _read_facts(services, terms, signal, read_signal=read_signal, fact_leg=fact_leg).lines()
+
+
+@dataclass
+class _FactsRead:
+    """What the facts step read in its snapshot; ``lines`` finishes the facts' vector leg
+    (build_context calls it after the past moments, whose vector leg leaves the query
+    vector in the query cache) and orders the notes."""
+
+    live: list[tuple[int, str, str, str, float, str]]
+    keyword: dict[int, float]
+    finish: retrieval.FactVectorFinish | None
+    signal: Any
+    half_life: float
+
+    def lines(self) -> tuple[list[str], list[int]]:
+        weights = retrieval.DEFAULT_WEIGHTS
+        found = retrieval.finish_fact_vector_leg(self.finish)
+        relevance, _vector = retrieval.fuse_fact_legs(self.keyword, found, weights)
+        live = self.live
+        profile_facts = [row for row in live if row[3] == "profile"]
+        notes = [row for row in live if row[3] != "profile"]
+        order = _note_order(notes, relevance, self.signal, self.half_life, weights)
+        ordered = [(row[0], row[1], row[2]) for row in profile_facts]
+        ordered += [(notes[i][0], notes[i][1], notes[i][2]) for i in order]
+        lines = [_fact_line(key, value) for _, key, value in ordered]
+        return lines, [fact_id for fact_id, _, _ in ordered]
+
+
+def _read_facts(
+    services: Services,
+    terms: list[str],
+    signal: Any,
+    *,
+    read_signal: Callable[[Any], Any] | None = None,
+    fact_leg: retrieval.FactVectorLeg | None = None,
+) -> _FactsRead:
+    """The live facts, their keyword relevance and the started facts' vector leg, in one
+    read (with the graph signal, through ``read_signal``)."""
     from .background import keyword_index
 
     half_life = services.config().fact_recency_half_life_days
-    weights = retrieval.DEFAULT_WEIGHTS
+    keyword: dict[int, float] = {}
+    finish: retrieval.FactVectorFinish | None = None
     with services.db.read() as conn:
         live = services.live_facts.rows(conn)
-        relevance: dict[int, float] = {}
         if terms:
             indexes = keyword_index(services, services.profile())
-            relevance = retrieval.fact_keyword_leg(
+            keyword = retrieval.fact_keyword_leg(
                 conn,
                 terms,
                 retrieval.Filters(),
@@ -288,15 +341,10 @@ def _fact_lines(
                 index=indexes.facts if indexes is not None else None,
                 live_ids=[row[0] for row in live],
             )
+            finish = retrieval.start_fact_vector_leg(conn, retrieval.Filters(), fact_leg)
         if read_signal is not None:
             signal = read_signal(conn)
-    profile_facts = [row for row in live if row[3] == "profile"]
-    notes = [row for row in live if row[3] != "profile"]
-    order = _note_order(notes, relevance, signal, half_life, weights)
-    ordered = [(row[0], row[1], row[2]) for row in profile_facts]
-    ordered += [(notes[i][0], notes[i][1], notes[i][2]) for i in order]
-    lines = [_fact_line(key, value) for _, key, value in ordered]
-    return lines, [fact_id for fact_id, _, _ in ordered]
+    return _FactsRead(live, keyword, finish, signal, half_life)
 
 
 def _note_order(

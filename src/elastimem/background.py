@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import db, episodic, files, graph, jobs, procedural, semantic
+from . import db, episodic, fact_vectors, files, graph, jobs, procedural, semantic
 from .clock import now_ts
 from .config import ElastimemConfig
 from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
@@ -89,6 +89,7 @@ class Services:
     query_watchdog: Watchdog = field(default_factory=lambda: Watchdog("the query embedder"))
     keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
     live_facts: semantic.LiveFactsCache = field(default_factory=semantic.LiveFactsCache)
+    fact_vectors: fact_vectors.FactVectorCache = field(default_factory=fact_vectors.FactVectorCache)
     warned: set[str] = field(default_factory=set)
 
     def warn_once(self, kind: str, message: str, *args: object) -> None:
@@ -199,9 +200,22 @@ def on_idle(services: Services, idle_for: float) -> None:
             profile.embeddings_enabled
             and services.embedding.can_embed_passages()
             and not jobs.has_pending(conn, "embed", services.owner)
-            and conn.execute("SELECT 1 FROM chunks WHERE embedding IS NULL LIMIT 1").fetchone()
+            and (
+                conn.execute("SELECT 1 FROM chunks WHERE embedding IS NULL LIMIT 1").fetchone()
+                or _facts_pending(services, conn)
+            )
         ):
             jobs.enqueue(conn, "embed", services.owner, payload={"backfill": True})
+            if services.worker is not None:
+                services.worker.signal()  # run it now, not after the next idle wait
+
+
+def _facts_pending(services: Services, conn: sqlite3.Connection) -> bool:
+    """Live facts without a vector of the active model (known once it has loaded)."""
+    label = services.embedding.label
+    if label is None:
+        return False
+    return bool(fact_vectors.pending(conn, label, active_dim(services, conn, label), 1))
 
 
 # -- embed ------------------------------------------------------------------------------------
@@ -245,24 +259,50 @@ def run_embed(services: Services, job: jobs.Job) -> None:
         texts = passage_texts(conn, rows)
     for start in range(0, len(rows), EMBED_BATCH):
         batch = rows[start : start + EMBED_BATCH]
-        try:
-            matrix = services.passage_watchdog.call(
-                EMBED_CALL_TIMEOUT_SECONDS,
-                services.embedding.embed_passages,
-                texts[start : start + EMBED_BATCH],
-            )
-        except CallTimeout:
-            raise
-        except Exception as exc:
-            if services.embedding.host_embed is not None:
-                # EmbeddingSource counts the host embedder's failures and warns once when
-                # it gives up; a warning per job attempt would repeat it.
-                raise jobs.ReportedFailure(type(exc).__name__) from exc
-            raise
+        matrix = _embed_in_job(services, texts[start : start + EMBED_BATCH])
         with services.db.atomic() as conn:
             batch_ids, own = [int(r[0]) for r in batch], [str(r[1]) for r in batch]
             write_vectors(conn, batch_ids, matrix, label, own)
         services.embedding.record_dim(label, int(matrix.shape[1]))
+    _embed_facts(services, label)
+
+
+def _embed_in_job(services: Services, texts: list[str]) -> Any:
+    """The embed job's call of the embedder (bounded by the watchdog)."""
+    try:
+        return services.passage_watchdog.call(
+            EMBED_CALL_TIMEOUT_SECONDS, services.embedding.embed_passages, texts
+        )
+    except CallTimeout:
+        raise
+    except Exception as exc:
+        if services.embedding.host_embed is not None:
+            # EmbeddingSource counts the host embedder's failures and warns once when
+            # it gives up; a warning per job attempt would repeat it.
+            raise jobs.ReportedFailure(type(exc).__name__) from exc
+        raise
+
+
+def _embed_facts(services: Services, label: str) -> None:
+    """Every embed job also embeds the live facts that have no vector of the model
+    (fact_vectors.py): whatever wrote them, the next embed job after the write finds them."""
+    while True:
+        with services.db.read() as conn:
+            rows = fact_vectors.pending(conn, label, active_dim(services, conn, label), EMBED_BATCH)
+        if not rows:
+            return
+        texts = [fact_vectors.fact_text(key, value) for _, key, value in rows]
+        matrix = _embed_in_job(services, texts)
+        with services.db.atomic() as conn:
+            written = fact_vectors.write(conn, rows, matrix, label)
+        services.embedding.record_dim(label, int(matrix.shape[1]))
+        if written < len(rows) or len(rows) < EMBED_BATCH:
+            return  # the rest were erased or replaced meanwhile: their successors wait
+
+
+def queue_fact_embedding(conn: sqlite3.Connection, services: Services) -> None:
+    """After a fact write, in its transaction: have the worker embed the new facts."""
+    fact_vectors.queue(conn, services)
 
 
 def _waiting_chunks(conn: sqlite3.Connection, have: set[int], room: int) -> list[tuple[Any, ...]]:
@@ -351,12 +391,32 @@ def reindex(
         done += len(part)
         if progress is not None:
             progress(done, total)
+    facts = _reindex_facts(services, label, dim, force=force)
     with services.db.atomic() as conn:
         db.bump_meta(conn, "vectors.gen")
-        db.log_event(conn, "reindex", chunks=written, label=label)
+        db.log_event(conn, "reindex", chunks=written, facts=facts, label=label)
     # Cached query vectors may be the old model's (a host that swapped its model keeps the
     # label "host" and the dimension): they would score against the new vectors.
     source.query_cache.clear()
+    return written
+
+
+def _reindex_facts(services: Services, label: str, dim: int, *, force: bool) -> int:
+    """Re-embed the live facts without a vector of the active model (all with ``force``),
+    after the chunks; returns the number written."""
+    with services.db.read() as conn:
+        if force:
+            rows = fact_vectors.all_live(conn)
+        else:
+            rows = fact_vectors.pending(conn, label, dim, 1 << 62)
+    written = 0
+    for start in range(0, len(rows), EMBED_BATCH):
+        part = rows[start : start + EMBED_BATCH]
+        matrix = _embed_or_raise(
+            services.embedding, [fact_vectors.fact_text(key, value) for _, key, value in part]
+        )
+        with services.db.atomic() as conn:
+            written += fact_vectors.write(conn, part, matrix, label)
     return written
 
 
@@ -740,6 +800,7 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
             episodic.raise_chunk_importance(
                 conn, [r[0] for r in chunk_rows], EXTRACT_CHUNK_IMPORTANCE
             )
+            queue_fact_embedding(conn, services)
         if extraction.entities or extraction.relationships:
             try:
                 with services.db.atomic():  # a savepoint: graph errors never cost the facts
@@ -1061,6 +1122,7 @@ def review_fact_merges(services: Services) -> dict[str, int]:
                     if result.changed:
                         verdict, result_id = "merged", result.fact_id
                         merged += 1
+                        queue_fact_embedding(conn, services)
             conn.execute(
                 "INSERT OR IGNORE INTO fact_reviews (old_fact_id, new_fact_id, verdict, "
                 "result_fact_id, reviewed_at) VALUES (?, ?, ?, ?, ?)",
@@ -1182,6 +1244,14 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "chunks": one("SELECT count(*) FROM chunks"),
             "embedded_chunks": embedded,
             "stale_embeddings": stale,
+            # Live facts with a vector of the model in use (the facts' vector leg).
+            "embedded_facts": one(
+                "SELECT count(*) FROM facts f JOIN fact_vectors v ON v.fact_id = f.id "
+                "WHERE f.invalidated_at IS NULL AND f.archived = 0 AND v.embedding_model = ? "
+                "AND v.embedding_dim = ?",
+                label,
+                dim if dim is not None else -1,
+            ),
             "embedder": source.state(),
             "embedding_model": source.label,
             "vector_backend": services.vectors.backend_name(),

@@ -2,12 +2,12 @@
 
 A fresh file is created directly at ``CURRENT_SCHEMA_VERSION`` from the canonical DDL below.
 Older files walk the steps ``m002_graph`` → ``m003_clusters`` → ``m004_canonical`` →
-``m005_facts_stamp`` → ``m006_graph_stamp``, each in its own ``BEGIN IMMEDIATE`` together
-with its ledger row (``schema_migrations``), the new ``meta.schema_version`` and a
-``migrated`` event.
+``m005_facts_stamp`` → ``m006_graph_stamp`` → ``m007_fact_vectors``, each in its own
+``BEGIN IMMEDIATE`` together with its ledger row (``schema_migrations``), the new
+``meta.schema_version`` and a ``migrated`` event.
 ``m004_canonical`` rebuilds every table from the canonical DDL, so a migrated store and a
 fresh one have byte-identical schemas; a test compares both with the checked-in snapshot
-``tests/data/schema_v6.sql``.
+``tests/data/schema_v7.sql``.
 
 v5 (a departure from SPEC §4.2's v4, which it extends): three triggers that set
 ``meta.facts.stamp`` to a new random value whenever a fact is added, deleted, or changed in
@@ -23,6 +23,13 @@ endpoints and weight, a mention's node and chunk); ``graph.gen`` only moves with
 ``graph.build_signal`` keeps each node's edges and mentions while the stamp holds, so a
 query walks and scores the nodes an earlier query reached without reading them again.
 
+v7: the table ``fact_vectors`` (one vector per fact version: the model label, its dimension
+and an L2-normalised little-endian float32 BLOB, as for chunks; deleted with its fact) and
+three triggers that set ``meta.fact_vectors.stamp`` to a new random value whenever one is
+written or removed, so the in-memory copy the query side holds (``fact_vectors.py``) is
+dropped whichever process changed them. Facts get no columns of their own: a fact's value is
+never edited (§5.3), and its vector is derived data that ``reindex`` may replace.
+
 The FTS tables are not part of these steps: they depend on whether this SQLite build has FTS5
 and are reconciled on every open (``db.reconcile_fts``).
 """
@@ -35,7 +42,7 @@ from collections.abc import Callable
 
 from .clock import canonicalize_legacy_ts, now_ts
 
-CURRENT_SCHEMA_VERSION = 6
+CURRENT_SCHEMA_VERSION = 7
 SELF_NODE_NAME = "@self"
 
 # One statement per table, in foreign-key order. The text is the schema contract: keep the
@@ -301,14 +308,36 @@ TRIGGERS_V6: tuple[str, ...] = tuple(
 )
 
 
+# v7 (module doc): a vector per fact version. Kept apart from TABLES_V4, which
+# ``m004_canonical`` rebuilds a v3 layout from.
+TABLES_V7: dict[str, str] = {
+    "fact_vectors": """CREATE TABLE fact_vectors (
+    fact_id INTEGER PRIMARY KEY REFERENCES facts(id) ON DELETE CASCADE,
+    embedding_model TEXT NOT NULL,
+    embedding_dim INTEGER NOT NULL,
+    embedding BLOB NOT NULL
+)""",
+}
+FACT_VECTORS_STAMP_KEY = "fact_vectors.stamp"
+_NEW_FACT_VECTORS_STAMP = (
+    f"INSERT OR REPLACE INTO meta (key, value) VALUES ('{FACT_VECTORS_STAMP_KEY}', "
+    "hex(randomblob(8)))"
+)
+TRIGGERS_V7: tuple[str, ...] = tuple(
+    f"CREATE TRIGGER fact_vectors_stamp_{part} AFTER {event} ON fact_vectors "
+    f"BEGIN {_NEW_FACT_VECTORS_STAMP}; END"
+    for part, event in (("ai", "INSERT"), ("ad", "DELETE"), ("au", "UPDATE"))
+)
+
+
 def create_fresh(conn: sqlite3.Connection) -> None:
     """Create every table, index and trigger of the current schema (inside the caller's
     transaction)."""
-    for ddl in TABLES_V4.values():
+    for ddl in (*TABLES_V4.values(), *TABLES_V7.values()):
         conn.execute(ddl)
     for ddl in INDEXES_V4:
         conn.execute(ddl)
-    for ddl in (*TRIGGERS_V5, *TRIGGERS_V6):
+    for ddl in (*TRIGGERS_V5, *TRIGGERS_V6, *TRIGGERS_V7):
         conn.execute(ddl)
     ensure_self_node(conn)
 
@@ -420,6 +449,15 @@ def m006_graph_stamp(conn: sqlite3.Connection) -> None:
     conn.execute(_NEW_GRAPH_STAMP)
 
 
+def m007_fact_vectors(conn: sqlite3.Connection) -> None:
+    """v6 → v7: the ``fact_vectors`` table and its stamp triggers (see the module doc); the
+    worker's idle backfill embeds the facts already stored."""
+    for ddl in TABLES_V7.values():
+        conn.execute(ddl)
+    for ddl in TRIGGERS_V7:
+        conn.execute(ddl)
+
+
 def _fold_user_node_into_self(conn: sqlite3.Connection) -> None:
     self_id = ensure_self_node(conn)
     user_nodes = [
@@ -449,6 +487,7 @@ STEPS: tuple[tuple[int, str, Step], ...] = (
     (4, "m004_canonical", m004_canonical),
     (5, "m005_facts_stamp", m005_facts_stamp),
     (6, "m006_graph_stamp", m006_graph_stamp),
+    (7, "m007_fact_vectors", m007_fact_vectors),
 )
 
 

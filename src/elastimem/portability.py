@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from . import db, graph, migrations
+from . import db, fact_vectors, graph, migrations
 from .background import Services
 from .clock import now_ts
 from .episodic import close_session
@@ -57,6 +57,7 @@ EXPORT_TABLES = (
     "messages",
     "chunks",
     "facts",
+    "fact_vectors",
     "fact_reviews",
     "lessons",
     "quarantine",
@@ -68,7 +69,7 @@ EXPORT_TABLES = (
 )
 # The rest of meta is local state (counters, FTS and embedder bookkeeping) rebuilt on import.
 EXPORTED_META_KEYS = ("created_at", "created_by", "user_id")
-_ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id"}
+_ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
 FTS_TABLES = ("chunks_fts", "facts_fts")
 # float32 rounding of a unit vector's length stays far inside this.
 UNIT_NORM_TOLERANCE = 1e-3
@@ -179,6 +180,7 @@ def _erase_keys(conn: sqlite3.Connection, keys: list[str], counts: dict[str, int
         if not ids:
             continue
         marks = ",".join("?" * len(ids))
+        counts["vectors"] += _count_in(conn, "fact_vectors", "fact_id", ids)  # cascade below
         conn.execute(
             f"DELETE FROM fact_reviews WHERE old_fact_id IN ({marks}) "
             f"OR new_fact_id IN ({marks}) OR result_fact_id IN ({marks})",
@@ -207,7 +209,7 @@ def _erase_session(
     params = {"s": session_id}
     counts["messages"] = _count(conn, "SELECT count(*) FROM messages WHERE session_id = :s", params)
     counts["chunks"] = _count(conn, "SELECT count(*) FROM chunks WHERE session_id = :s", params)
-    counts["vectors"] = _count(
+    counts["vectors"] += _count(
         conn, "SELECT count(*) FROM chunks WHERE session_id = :s AND embedding IS NOT NULL", params
     )
     # Nodes known only from this session's chunks (every one of their mentions is here).
@@ -255,6 +257,13 @@ def _erase_session(
 
 def _count(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> int:
     return int(conn.execute(sql, params).fetchone()[0])
+
+
+def _count_in(conn: sqlite3.Connection, table: str, column: str, ids: list[int]) -> int:
+    marks = ",".join("?" * len(ids))
+    return int(
+        conn.execute(f"SELECT count(*) FROM {table} WHERE {column} IN ({marks})", ids).fetchone()[0]
+    )
 
 
 def _purge(database: db.Database, fts_touched: set[str]) -> None:
@@ -602,7 +611,7 @@ class _Importer:
                 )
             except sqlite3.IntegrityError as exc:
                 raise _bad(line_no, f"cannot be stored in {table} ({exc})") from exc
-            if table == "chunks":
+            if table in ("chunks", "fact_vectors"):
                 self._check_vector(line_no, row, values[names.index("embedding")]
                                    if "embedding" in names else None)  # fmt: skip
                 seq = row.get("embed_seq")
@@ -733,6 +742,11 @@ def _import_lines(
             raise _bad(last_line, "is the last one, but the _end trailer is missing; the file "
                                   "is truncated")  # fmt: skip
         _finish_import(conn, database, importer)
+        if fact_vectors.any_without_vector(conn):
+            # Facts of an export without their vectors (an older one, or made before they
+            # were embedded) are embedded by the worker. Only then: a queued job would be
+            # exported again, and export -> import -> export must stay identical.
+            fact_vectors.queue(conn, services)
     if progress is not None:
         progress(importer.rows, importer.rows)
     return {t: n for t, n in importer.counts.items()}
@@ -800,9 +814,10 @@ def _record_vector_dims(conn: sqlite3.Connection) -> None:
     have: ``stats()`` counts embedded chunks against it, and a query vector of another
     size is refused."""
     for label, dim in conn.execute(
-        "SELECT embedding_model, embedding_dim FROM chunks WHERE embedding_model IS NOT NULL "
-        "AND embedding_dim IS NOT NULL GROUP BY embedding_model, embedding_dim "
-        "ORDER BY count(*) DESC, embedding_dim"
+        "SELECT embedding_model, embedding_dim FROM (SELECT embedding_model, embedding_dim "
+        "FROM chunks UNION ALL SELECT embedding_model, embedding_dim FROM fact_vectors) "
+        "WHERE embedding_model IS NOT NULL AND embedding_dim IS NOT NULL "
+        "GROUP BY embedding_model, embedding_dim ORDER BY count(*) DESC, embedding_dim"
     ).fetchall():
         key = f"embedder.{label}.dim"
         if db.get_meta(conn, key) is None:

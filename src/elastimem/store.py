@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from . import background, db, episodic, jobs, procedural, retrieval, semantic
+from . import background, db, episodic, fact_vectors, jobs, procedural, retrieval, semantic
 from .assembly import ContextPlan, build_context_plan
 from .clock import now_ts, to_ts
 from .config import ElastimemConfig, check_option_names
@@ -419,6 +419,7 @@ class Elastimem:
                     touched = True
             if touched:
                 episodic.raise_chunk_importance(conn, record.chunk_ids, RULE_CHUNK_IMPORTANCE)
+                background.queue_fact_embedding(conn, self._services)
 
     def end_session(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self._check_open()
@@ -559,6 +560,9 @@ class Elastimem:
                 origin_session_id=self._session_id,
             )
             self._bump_writes(conn)
+            if result.changed or result.reason == "already stored":
+                background.queue_fact_embedding(conn, self._services)
+        self._worker.signal()
         return result.changed, result.reason
 
     def forget(self, key: str) -> bool:
@@ -716,6 +720,7 @@ class Elastimem:
         report = background.VectorLegReport()
         if "chunk" in kinds:
             vector_leg = background.vector_leg(self._services, text, profile, report)
+        fact_leg = fact_vectors.leg(self._services, text, profile) if "fact" in kinds else None
         config = self._config
         with self._db.read() as conn:
             if signal is self._UNSET:
@@ -732,6 +737,7 @@ class Elastimem:
                 vector_leg=vector_leg,
                 graph=signal,
                 keyword_index=background.keyword_index(self._services, profile),
+                fact_vector_leg=fact_leg,
             )
         ranking.vector_leg = report.state
         return ranking, signal

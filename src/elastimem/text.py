@@ -29,6 +29,12 @@ STOPWORDS = frozenset(
     """.split()
 )
 
+# One-letter pieces that apostrophes leave of English contractions and possessives ("it's",
+# "don't", "I'd", "I'm"): not words of the question. Any other one-character letter or digit
+# is a term (§5.6 rule 2 as changed: "room 5", "python 3", "vitamin c"); "a" and "i" are
+# stopwords anyway.
+CONTRACTION_PIECES = frozenset("s t d m".split())
+
 
 def sanitize(value: object) -> str:
     """Coerce to ``str`` (None → "") and replace NUL and lone surrogates with U+FFFD."""
@@ -73,7 +79,11 @@ def word_tokens(text: str) -> list[str]:
 
 
 def query_terms(query: object) -> list[str]:
-    """Search terms of a query (§5.6): word runs as typed, length rules, stopwords, ≤16.
+    """Search terms of a query (§5.6): word runs as typed, stopwords, ≤16.
+
+    A one-character word or number is a term like any other ("ticket 7 printer" must not
+    find ticket 59 for want of the 7), except the letters contractions leave
+    (``CONTRACTION_PIECES``) and the stopwords "a" and "i".
 
     Terms keep the query's own characters: FTS5 folds a quoted term with the tokenizer it
     indexed the text with (case, Latin diacritics, final sigma), so a word typed as stored
@@ -95,7 +105,7 @@ def query_terms(query: object) -> list[str]:
         normal = unicodedata.normalize("NFKC", word)
         forms = [word] if normal == word else [word, *_WORD_RUN.findall(normal)]
         for term in forms:
-            if len(term) < 2 and (len(term) == 0 or term.isascii()):
+            if not term or (len(term) == 1 and term.lower() in CONTRACTION_PIECES):
                 continue
             folded = term.lower()
             if folded not in seen:

@@ -65,6 +65,10 @@ class FactScoreBreakdown:
     graph_matched_names: tuple[str, ...]
     total: float
     importance_nudge: float = 0.0
+    # The two legs ``relevance`` fuses (keyword s_fts, vector s_vec, §5.6); last and
+    # defaulted, as ``ChunkScoreBreakdown.neighbour``.
+    fts: float = 0.0
+    vector: float = 0.0
 
 
 @dataclass(frozen=True)
