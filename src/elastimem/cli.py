@@ -56,6 +56,12 @@ class CliState:
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
+        from .db import refuse_database_url
+
+        try:
+            refuse_database_url(raw)  # before realpath makes "postgresql://h/db" a path
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
         # realpath, as the store resolves it: a symlink shows the file that opens.
         return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
 
@@ -826,14 +832,52 @@ def import_cmd(state: CliState, file: str) -> None:
     Example:
       elastimem --db restored.db import backup.jsonl
     """
+    if file != "-" and not os.path.isfile(file):
+        # Before the store is created: a mistyped FILE left an empty store behind.
+        reason = "it is a folder" if os.path.isdir(file) else "no such file"
+        raise click.ClickException(
+            f"cannot read the export {file} ({reason}); nothing was imported"
+        )
     source: Any = getattr(sys.stdin, "buffer", sys.stdin) if file == "-" else file
+    path = state.db_path()
+    made = _missing_parts(path)
     update, finish = _progress("Importing")
     try:
         with state.store(create=True) as mem:
             counts = mem.import_(source, progress=update)
+    except BaseException:
+        # All or nothing: a store this import created is removed with its folders.
+        _remove_new_store(path, made)
+        raise
     finally:
         finish()
     emit(state, counts)
+
+
+def _missing_parts(path: str) -> list[str]:
+    """``path`` and the folders above it that do not exist yet, deepest first."""
+    if path == ":memory:":
+        return []
+    missing: list[str] = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return missing
+
+
+def _remove_new_store(path: str, made: list[str]) -> None:
+    if not made or made[0] != path:
+        return  # the store existed before: import_ left it as it was
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            os.remove(path + suffix)
+    for folder in made[1:]:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only when empty
 
 
 @main.command()
