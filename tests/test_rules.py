@@ -137,6 +137,30 @@ def test_location_shape(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A lowercase match took one word: "i live in new york" stored location "new".
+        ("I'm Sam, btw i live in new york", [("name", "Sam"), ("location", "new york")]),
+        ("i live in new york now", [("location", "new york")]),
+        ("i just moved to san francisco", [("location", "san francisco")]),
+        ("i moved to los angeles last year", [("location", "los angeles")]),
+        ("i live in hong kong", [("location", "hong kong")]),
+        ("i live in rio de janeiro", [("location", "rio de janeiro")]),
+        ("i live in salt lake city", [("location", "salt lake city")]),
+        ("i live in new york city", [("location", "new york city")]),
+        ("I live in paris now", [("location", "paris")]),
+        # The first word of a place with no place after it is no value.
+        ("i moved to new place last week", []),
+        ("i live in new", []),
+    ],
+)
+def test_a_lowercase_place_of_two_words_is_taken_whole(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert capture_rules(text) == expected
+
+
+@pytest.mark.parametrize(
     "text",
     ["I live in a flat", "I live in the UK", "I live in 2024", "I'm based in here", "I live in"],
 )

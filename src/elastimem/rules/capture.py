@@ -41,10 +41,13 @@ from .words import (
     NOT_EMPLOYERS,
     NOT_NAMES,
     NOT_OCCUPATION_MODIFIERS,
+    NOT_PLACE_SECOND_WORDS,
     NOT_PLACES,
     NOT_VALUE_STARTS,
     OCCUPATION_NOUNS,
     PARTICIPLE_NAMES,
+    PLACE_FIRST_WORDS,
+    PLACE_JOINING_WORDS,
     THIS_IS_WORDS,
     TITLE_WORDS,
 )
@@ -196,7 +199,7 @@ def _proper_noun(
             return None
         if not _is_capitalised(first.group()):
             if lowercase == "always" or (lowercase == "styled" and _lowercase_styled(text)):
-                return first.group()
+                return _lowercase_place(text, first) if region else first.group()
             return None
         end = _capitalised_run(text, start, max_words)
         if region:
@@ -208,6 +211,35 @@ def _proper_noun(
         return text[start:end]
 
     return shape
+
+
+def _lowercase_place(text: str, first: re.Match[str]) -> str | None:
+    """A lowercase place: one word ("i live in paris"), or, after a word that is never a
+    place alone, the words that complete it ("new york", "rio de janeiro", "salt lake
+    city"); None when they do not ("i moved to new place")."""
+    if first.group().casefold() not in PLACE_FIRST_WORDS:
+        return first.group()
+    end = first.end()
+    words = [first.group().casefold()]
+    while len(words) < MAX_PLACE_WORDS:
+        gap = _INLINE_GAP_RE.match(text, end)
+        word = _LETTER_WORD_RE.match(text, gap.end()) if gap else None
+        if word is None:
+            break
+        folded = word.group().casefold()
+        if folded == "city" and len(words) > 1:  # "new york city", "salt lake city"
+            words.append(folded)
+            end = word.end()
+            break
+        if not (len(words) == 1 or words[-1] in PLACE_JOINING_WORDS):
+            break
+        if folded in FILLER_WORDS or folded in NOT_PLACES or folded in NOT_PLACE_SECOND_WORDS:
+            return None
+        words.append(folded)
+        end = word.end()
+    if len(words) == 1 or words[-1] in PLACE_JOINING_WORDS:
+        return None
+    return text[first.start() : end]
 
 
 @functools.lru_cache(maxsize=4)  # asked once per lowercase capture of the same message

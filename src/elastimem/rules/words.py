@@ -153,6 +153,25 @@ NOT_PLACES = CALENDAR_WORDS | _words(
 
 # Words an employer capture cannot start with ("I work at night", "I work for free",
 # "I work at my desk").
+# First words of places that are never a place alone: a lowercase place starting with one
+# takes the next word too ("i live in new york", "i moved to san diego").
+PLACE_FIRST_WORDS = _words(
+    """
+    new san santa los las hong sri buenos tel abu kuala rio sao são puerto baton salt st saint
+    fort port mount palo addis costa cape ho
+    """
+)
+# Words after such a first word that make no place: "i moved to new place", "a new job".
+NOT_PLACE_SECOND_WORDS = _words(
+    """
+    place places job jobs apartment flat house home city town school team company role office
+    neighborhood neighbourhood area building room country state position department project
+    one ones friends people stuff things
+    """
+)
+# Inside a place, a word that needs the word after it ("rio de janeiro", "salt lake city").
+PLACE_JOINING_WORDS = _words("de do da del dos das di lake")
+
 NOT_EMPLOYERS = _words(
     """
     my your our his her their this that these those some any night nights weekends
