@@ -632,6 +632,24 @@ def test_time_words_stay_out_of_favorite_keys(text: str, expected: tuple[str, st
     assert capture_rules(text) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "my favourite colour is green" then "my favorite color is blue": two live keys.
+        ("My favourite colour is green", ("favorite_color", "green")),
+        ("my favorite colour is green", ("favorite_color", "green")),
+        ("my favourite ice cream flavour is mint", ("favorite_ice_cream_flavor", "mint")),
+        ("my favourite TV programme is Taskmaster", ("favorite_tv_program", "Taskmaster")),
+        (
+            "my favourite theatre is Shakespeare's Globe",
+            ("favorite_theater", "Shakespeare's Globe"),
+        ),
+    ],
+)
+def test_british_spellings_make_the_same_favorite_key(text: str, expected: tuple[str, str]) -> None:
+    assert capture_rules(text) == [expected]
+
+
 def test_a_subject_of_only_time_words_is_no_favorite() -> None:
     assert capture_rules("my favorite right now is mint") == []
 

@@ -34,6 +34,7 @@ from ..text import normalize_key
 from .context import SENTENCE_WINDOW, asserted, subject_start
 from .words import (
     AFTER_NAME_WORDS,
+    AMERICAN_SPELLINGS,
     FAVORITE_TIME_PHRASES,
     JOB_TAIL_NOUNS,
     NAME_BREAK_WORDS,
@@ -629,9 +630,11 @@ FAVORITE_RE = _compile(
 
 
 def favorite_key(subject: str) -> str | None:
-    """``favorite_<subject>`` with time words taken out ("band these days" → favorite_band);
-    None when no subject or more than three words remain."""
+    """``favorite_<subject>`` with time words taken out ("band these days" → favorite_band)
+    and British spellings made American ("colour" → favorite_color); None when no subject or
+    more than three words remain."""
     words = _TIME_PHRASE_RE.sub(" ", subject).split()
+    words = [AMERICAN_SPELLINGS.get(word.casefold(), word) for word in words]
     if not 1 <= len(words) <= MAX_FAVORITE_SUBJECT_WORDS:
         return None
     key = normalize_key(f"{FAVORITE_KEY_PREFIX} {' '.join(words)}")

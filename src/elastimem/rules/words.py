@@ -153,6 +153,15 @@ NOT_PLACES = CALENDAR_WORDS | _words(
 
 # Words an employer capture cannot start with ("I work at night", "I work for free",
 # "I work at my desk").
+# British spellings in a favorite's subject, written the American way so "my favourite
+# colour" and "my favorite color" set one key.
+AMERICAN_SPELLINGS = {
+    "colour": "color", "colours": "colors", "flavour": "flavor", "flavours": "flavors",
+    "theatre": "theater", "programme": "program", "humour": "humor", "jewellery": "jewelry",
+    "centre": "center", "neighbourhood": "neighborhood", "harbour": "harbor",
+    "cheque": "check", "aeroplane": "airplane", "pyjamas": "pajamas", "grey": "gray",
+}  # fmt: skip
+
 # First words of places that are never a place alone: a lowercase place starting with one
 # takes the next word too ("i live in new york", "i moved to san diego").
 PLACE_FIRST_WORDS = _words(
