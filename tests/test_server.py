@@ -746,3 +746,22 @@ def test_a_fact_answers_its_stored_key_and_a_lesson_not_added_is_no_201(server: 
     paths = _ok(request(server, "GET", "/openapi.json"))["paths"]
     assert {"200", "201"} <= set(paths["/v1/lessons"]["post"]["responses"])
     assert "422" in paths["/v1/facts/{key}"]["put"]["responses"]
+
+
+def test_a_port_in_use_is_one_clear_error_and_no_serving_line(tmp_path: Path) -> None:
+    keys_path = tmp_path / "keys.json"
+    keys_path.write_text(json.dumps({TOKENS["ana"]: "ana"}))
+    keys_path.chmod(0o600)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        cmd = [sys.executable, "-m", "elastimem.cli", "--db", str(tmp_path / "users"), "serve"]
+        cmd += ["--keys", str(keys_path), "--port", port, "--no-embedder"]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    # It said "serving ... on http://127.0.0.1:PORT", then uvicorn's errno line, exit 3.
+    assert result.returncode == 1, result.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "--port" in result.stderr
+    assert "serving" not in result.stderr and "Errno" not in result.stderr
+    assert not (tmp_path / "users").exists()
