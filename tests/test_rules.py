@@ -547,6 +547,12 @@ def test_other_rules_in_ordinary_phrasing(text: str, expected: list[tuple[str, s
         "I'm allergic to Mondays, not to you",
         "I work at night",
         "I work at my desk",
+        # A person, not a company: these stored employer "them", "you"...
+        "I work for them",
+        "I work for him",
+        "I work for you",
+        "I work for hire",
+        "I work for peanuts",
     ],
 )
 def test_look_alikes_of_jobs_employers_and_allergies(text: str) -> None:

@@ -186,6 +186,8 @@ NOT_EMPLOYERS = _words(
     my your our his her their this that these those some any night nights weekends
     weekend noon dawn midnight free fun money cash tips minimum least most scale speed
     pace times full part it everything nothing anything something
+    yourself himself herself themselves me you him us them whoever
+    hire peanuts pennies nothing food
     """
 )
 
