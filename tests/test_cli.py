@@ -887,3 +887,20 @@ def test_a_failed_import_into_a_new_path_leaves_no_store(tmp_path: Path, source:
     assert result.exit_code == 1, result.output
     # An empty store was left behind: the retry then imported into a store it had made.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("how", ["demo --db", "--db demo"])
+def test_demo_never_writes_into_a_store_that_holds_other_memories(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("I live in Oslo", "Noted.")
+        mem.remember("favorite_color", "teal")
+    args = ["demo", "--db", str(path)] if how == "demo --db" else ["--db", str(path), "demo"]
+    result = CliRunner().invoke(cli.main, [*args, "--no-embedder"])
+    # It stored the sample user's turns and facts (allergies: peanuts) among the real ones.
+    assert result.exit_code == 1, result.output
+    assert "already holds memories that are not the demo" in result.output
+    assert "pass --db with a new file" in result.output
+    with elastimem.open(str(path), create=False, disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"location": "Oslo", "favorite_color": "teal"}
+        assert mem.stats()["sessions"] == 1

@@ -1043,6 +1043,8 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
     with tempfile.TemporaryDirectory(prefix="elastimem-demo-") as tmp:
         target = chosen or str(Path(tmp) / "demo.db")
         with dataclasses.replace(state, db=target).store(create=True, **kw) as mem:
+            if chosen is not None:
+                _refuse_other_memories(mem, data["sessions"])
             _run_demo(mem, data, kept=chosen is not None, llm=llm)
 
 
@@ -1144,6 +1146,30 @@ def _demo_sessions_to_record(mem: Any, sessions: list[dict[str, Any]]) -> list[d
             ).fetchall()
         )
     return [s for s in sessions if (s.get("host_tag"), to_ts(s["started_at"])) not in held]
+
+
+def _refuse_other_memories(mem: Any, sessions: list[dict[str, Any]]) -> None:
+    """Exit 1 when the store holds anything but the demo: `elastimem --db real.db demo`
+    stored a sample user's turns and facts ("allergies: peanuts") among the real ones."""
+    from .clock import to_ts
+
+    demo = {(s.get("host_tag"), to_ts(s["started_at"])) for s in sessions}
+    with mem._db.read() as conn:
+        held = conn.execute("SELECT id, host_tag, started_at FROM sessions").fetchall()
+        demo_ids = [sid for sid, tag, started in held if (tag, started) in demo]
+        marks = ",".join("?" * len(demo_ids)) or "NULL"
+        other_facts = conn.execute(
+            "SELECT 1 FROM facts WHERE origin_session_id IS NULL OR origin_session_id NOT IN "
+            f"({marks}) LIMIT 1",
+            demo_ids,
+        ).fetchone()
+        lessons = conn.execute("SELECT 1 FROM lessons LIMIT 1").fetchone()
+    if len(demo_ids) < len(held) or other_facts or lessons:
+        raise click.ClickException(
+            f"{mem.path} already holds memories that are not the demo; it was left as it "
+            "was (the demo would add a sample user's conversations and facts to them): pass "
+            "--db with a new file, or run the demo without --db"
+        )
 
 
 def _field(name: str, value: str) -> None:
