@@ -306,6 +306,10 @@ async def _erase(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> A
         session_id=a.get("session_id"),
         include_facts=a.get("include_facts", False),
     )
+    if not any(counts.values()):  # as the CLI's erase exits 1
+        if "session_id" in a:
+            raise ApiError(404, f"nothing to erase: no session {a['session_id']}")
+        raise ApiError(404, f"nothing to erase: no fact has the key {a['key']!r}")
     return {"erased": counts}
 
 
@@ -425,7 +429,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _end_session, body=(), response=_obj(ended=_INT),
     ),
     Endpoint(
-        "POST", "/v1/erase", "Delete a fact's history or a session, unrecoverably.", _erase,
+        "POST", "/v1/erase", "Delete a fact's history or a session, unrecoverably; 404 when "
+        "there is nothing to erase.", _erase,
         body=(
             Arg("key", _text("A fact key.", min_length=1, max_length=1000)),
             Arg("session_id", {"type": "integer", "minimum": 0}),
@@ -433,6 +438,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                                   "description": "With session_id: also the facts it taught."}),
         ),
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
+        refusals=(404,),
     ),
     Endpoint(
         "GET", "/v1/export", "The whole store as JSON Lines, streamed.", _export, streams=True,
