@@ -182,6 +182,9 @@ def test_errors_exit_1_with_the_message_on_stderr(tmp_path: Path, db: str) -> No
         ["--format", "xml", "stats"],
         ["--tier", "huge", "stats"],
         ["recall", "x", "-k", "many"],
+        ["recall", "x", "-k", "-3"],  # these answered [] with exit 0
+        ["explain", "x", "-k", "0"],
+        ["sessions", "-n", "-1"],
         ["recall", "x", "--kind", "vector"],
         ["erase"],
         ["erase", "--key", "a", "--session", "1"],

@@ -556,7 +556,8 @@ def stats(state: CliState) -> None:
 
 @main.command()
 @click.argument("query")
-@click.option("-k", "k", default=5, show_default=True, type=int, help="How many hits.")
+@click.option("-k", "k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many hits.")  # fmt: skip
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["chunk", "fact"]),
               help="Only this kind of hit (repeatable).")  # fmt: skip
 @click.option("--since", help="Only hits at or after this ISO date/time.")
@@ -577,7 +578,8 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
 
 @main.command()
 @click.argument("query")
-@click.option("-k", "k", default=5, show_default=True, type=int, help="How many hits.")
+@click.option("-k", "k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many hits.")  # fmt: skip
 @pass_state
 def explain(state: CliState, query: str, k: int) -> None:
     """Show how recall ranked its hits, leg by leg.
@@ -773,7 +775,8 @@ def _stdin_is_tty() -> bool:
 
 
 @main.command()
-@click.option("-n", "n", default=20, show_default=True, type=int, help="How many sessions.")
+@click.option("-n", "n", default=20, show_default=True, type=click.IntRange(min=1),
+              help="How many sessions.")  # fmt: skip
 @pass_state
 def sessions(state: CliState, n: int) -> None:
     """The most recent conversations, newest first.
