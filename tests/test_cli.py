@@ -907,3 +907,24 @@ def test_demo_never_writes_into_a_store_that_holds_other_memories(tmp_path: Path
     with elastimem.open(str(path), create=False, disable_builtin_embedder=True) as mem:
         assert mem.facts() == {"location": "Oslo", "favorite_color": "teal"}
         assert mem.stats()["sessions"] == 1
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "LINK"])
+@pytest.mark.parametrize("command", [["export"], ["graph", "--as", "html", "-o"]])
+def test_output_onto_the_store_itself_is_refused(
+    tmp_path: Path, suffix: str, command: list[str]
+) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("favorite_color", "teal")
+    if suffix == "LINK":
+        (tmp_path / "link.jsonl").symlink_to(path)
+        out = str(tmp_path / "link.jsonl")
+    else:
+        out = str(path) + suffix
+    # `export memory.db` replaced the store with its own export: the store was gone.
+    result = CliRunner().invoke(cli.main, ["--db", str(path), *command, out])
+    assert result.exit_code == 1, result.output
+    assert "is the store itself" in result.output
+    with elastimem.open(str(path), create=False, disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"favorite_color": "teal"}

@@ -803,6 +803,8 @@ def export(state: CliState, file: str) -> None:
       elastimem export backup.jsonl
       elastimem --db old.db export - | elastimem --db new.db import -
     """
+    if file != "-":
+        _refuse_the_store_as_output(state, file)
     with state.store() as mem:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
@@ -820,6 +822,27 @@ def export(state: CliState, file: str) -> None:
         click.echo(f"exported {sum(counts.values())} rows", err=True)
     else:
         emit(state, counts)
+
+
+def _refuse_the_store_as_output(state: CliState, out: str) -> None:
+    """Exit 1 when ``out`` is the store file or one of its companions (by path, symlink or
+    hard link): `export memory.db` replaced the store with its own export."""
+    store = state.db_path()
+    if store == ":memory:":
+        return
+    target = os.path.realpath(os.path.expanduser(out))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        companion = store + suffix
+        same = target == companion
+        if not same:
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(target, companion)
+        if same:
+            which = f" (its {suffix[1:]} file)" if suffix else ""
+            raise click.ClickException(
+                f"{out} is the store itself{which}; writing onto it would destroy the store: "
+                "name another file"
+            )
 
 
 @main.command(name="import")
@@ -933,6 +956,8 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
         render: Callable[[Any], str] = getattr(graph_view, f"render_{as_}")
     except (ImportError, AttributeError) as exc:
         raise click.ClickException(f"this elastimem cannot draw graphs ({exc})") from exc
+    if out and out != "-":
+        _refuse_the_store_as_output(state, out)
     with state.store() as mem, mem._db.read() as conn:
         text = render(conn)
     if out and out != "-":
