@@ -852,7 +852,8 @@ def import_cmd(state: CliState, file: str) -> None:
     """Load an export (FILE, or `-` for stdin) into an empty store.
 
     All or nothing: a damaged file is rejected with its line number, and Ctrl-C leaves the
-    store as it was. Creates the store if it does not exist.
+    store as it was. Creates the store if it does not exist (and removes it again when the
+    import fails).
 
     \b
     Example:
@@ -1045,8 +1046,9 @@ def load_demo_conversation() -> dict[str, Any]:
 
 
 @main.command()
-@click.option("--db", "demo_db", metavar="PATH", help="Keep the demo store here "
-              "(default: a temporary store, deleted afterwards).")  # fmt: skip
+@click.option("--db", "demo_db", metavar="PATH", help="Keep the demo store here: a new "
+              "file, or one holding only the demo (default: a temporary store, deleted "
+              "afterwards).")  # fmt: skip
 @_llm_options
 @click.option("--no-embedder", is_flag=True, help="Skip the built-in embedder (keyword only).")
 @pass_state
