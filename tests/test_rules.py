@@ -447,6 +447,12 @@ def test_location_in_ordinary_phrasing(text: str, expected: list[tuple[str, str]
         "I live in fear of deadlines",
         "I think my brother packed up and moved to Denver",
         "Before I moved to",
+        # Where, but no place: these stored hometown "around", location "abroad"...
+        "i'm from around here",
+        "I'm from nowhere special",
+        "I live in somewhere quiet",
+        "i moved to abroad",
+        "I live overseas and i live in everywhere",
     ],
 )
 def test_location_variants_need_a_place(text: str) -> None:

@@ -148,6 +148,7 @@ NOT_PLACES = CALENDAR_WORDS | _words(
     interesting strange uncertain dark hard tough difficult crazy weird modern exciting
     challenging unprecedented anticipation hopes suspense panic agony town city country
     suburbs countryside downtown uptown campus school college university work office
+    around nowhere somewhere everywhere anywhere elsewhere abroad overseas nearby
     """
 )
 
