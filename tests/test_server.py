@@ -767,3 +767,19 @@ def test_a_port_in_use_is_one_clear_error_and_no_serving_line(tmp_path: Path) ->
     assert "--port" in result.stderr
     assert "serving" not in result.stderr and "Errno" not in result.stderr
     assert not (tmp_path / "users").exists()
+
+
+def test_the_serving_line_names_the_folder_the_stores_go_to(tmp_path: Path) -> None:
+    keys_path = tmp_path / "keys.json"
+    keys_path.write_text(json.dumps({TOKENS["ana"]: "ana"}))
+    keys_path.chmod(0o600)
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "elastimem.cli", "--db", "~/users", "serve", "--port", "0"]
+    cmd += ["--keys", str(keys_path), "--no-embedder"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    # It said "stores under <cwd>/~/users" while the stores went to $HOME/users.
+    assert f"stores under {tmp_path / 'users'}," in first, first

@@ -85,7 +85,7 @@ def serve_command(
         if state.tier:
             store_options["tier_override"] = state.tier
         try:
-            check_target(target)
+            folder = os.path.abspath(check_target(target))  # "~" expanded, as the stores see it
             keys = KeyRing(keys_path)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -108,7 +108,7 @@ def serve_command(
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         click.echo(
-            f"elastimem: serving {len(keys)} key(s), stores under {os.path.abspath(target)}, "
+            f"elastimem: serving {len(keys)} key(s), stores under {folder}, "
             f"on http://{shown}:{bound} (REST /v1, MCP /mcp, docs /openapi.json)",
             err=True,
         )
