@@ -459,6 +459,21 @@ def test_location_variants_need_a_place(text: str) -> None:
     assert capture_rules(text) == []
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The first stop was stored as where the user lives.
+        ("I moved to Berlin, then to Munich", "Munich"),
+        ("We moved to Denver and then to Boulder last year", "Boulder"),
+        ("I relocated to Austin, and later moved to Dallas", "Dallas"),
+        ("i moved to boston then to new york", "new york"),
+        ("I moved to Berlin, then to the coast", "Berlin"),  # no place after it
+    ],
+)
+def test_a_move_on_to_a_later_place_stores_the_last_one(text: str, expected: str) -> None:
+    assert capture_rules(text) == [("location", expected)]
+
+
 def test_a_place_run_stops_at_the_pronoun_i() -> None:
     text = "Before I moved to Dublin I lived in Cork."
     assert capture_rules(text) == [("location", "Dublin")]

@@ -375,6 +375,30 @@ _PLACE = _proper_noun(MAX_PLACE_WORDS, region=True)
 _PLACE_CAPITALISED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="never")
 _PLACE_STYLED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="styled")
 
+# "I moved to Berlin, then to Munich": the place moved on to is where the user is now.
+_MOVED_ON_RE = _compile(
+    r"[ \t]*,?[ \t]*(?:and[ \t]+)?(?:then|later|after[ \t]+that|eventually|finally)[ \t]*,?"
+    r"[ \t]+(?:(?:moved|relocated|went)[ \t]+)?to[ \t]+"
+)
+
+
+def _moved_on(shape: Shape) -> Shape:
+    """``shape``, taking the last place of "to X, then to Y" (the shape's value starts at the
+    end of the match it is given)."""
+
+    def moved(text: str, match: re.Match[str]) -> str | None:
+        value = shape(text, match)
+        while value is not None:
+            on = _MOVED_ON_RE.match(text, match.end() + len(value))
+            later = shape(text, on) if on is not None else None
+            if on is None or later is None:
+                break
+            match, value = on, later
+        return value
+
+    return moved
+
+
 # "I'm a nurse", "I'm a senior software engineer": up to three words, then a job noun.
 _JOB_NOUN = "(?:" + "|".join(sorted(OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
 # A job may be a compound: "nurse practitioner", "teaching assistant", "sales manager".
@@ -438,7 +462,7 @@ RULES: tuple[Rule, ...] = (
             _compile(r"\b(?P<subj>i)['’]m\s+based\s+in\s+"),
             _compile(r"\b(?P<subj>i)\s+(?:moved|relocated)\s+to\s+"),
         ),
-        _PLACE,
+        _moved_on(_PLACE),
         NOT_VALUE_STARTS,
         NOT_PLACES,
     ),
@@ -465,7 +489,7 @@ RULES: tuple[Rule, ...] = (
                 r"(?:back\s+)?to\s+"
             ),
         ),
-        _PLACE_STYLED,
+        _moved_on(_PLACE_STYLED),
         NOT_VALUE_STARTS,
         NOT_PLACES,
     ),
