@@ -474,6 +474,19 @@ def test_a_move_on_to_a_later_place_stores_the_last_one(text: str, expected: str
     assert capture_rules(text) == [("location", expected)]
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "but moved to" was missed: the location stayed what it was.
+        ("I grew up in Ohio but moved to Texas", [("hometown", "Ohio"), ("location", "Texas")]),
+        ("I'm from Ohio but moved to Texas", [("hometown", "Ohio"), ("location", "Texas")]),
+        ("I wanted to stay but my wife moved to Texas", []),
+    ],
+)
+def test_but_moved_to_is_a_move(text: str, expected: list[tuple[str, str]]) -> None:
+    assert capture_rules(text) == expected
+
+
 def test_a_place_run_stops_at_the_pronoun_i() -> None:
     text = "Before I moved to Dublin I lived in Cork."
     assert capture_rules(text) == [("location", "Dublin")]

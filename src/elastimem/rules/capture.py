@@ -482,11 +482,11 @@ RULES: tuple[Rule, ...] = (
             _compile(rf"\b(?P<subj>i|we)(?:['’]ve|\s+have)\s+{_ADVERBS}been\s+living\s+in\s+"),
             _compile(r"\b(?P<subj>my)\s+(?:new\s+)?home\s+is\s+(?:now\s+)?in\s+"),
             # Chat style drops the subject: "Just moved to Denver!", "I left Seattle and
-            # moved to Tacoma" (no other subject in between).
+            # moved to Tacoma", "I'm from Ohio but moved to Texas" (no other subject between).
             _compile(_SENTENCE_START + rf"(?P<subj>){_ADVERBS}(?:moved|relocated)\s+to\s+"),
             _compile(
-                rf"\b(?P<subj>i)\s+{_NO_OTHER_SUBJECT}\s+and\s+{_ADVERBS}(?:moved|relocated)\s+"
-                r"(?:back\s+)?to\s+"
+                rf"\b(?P<subj>i)(?:['’]m)?\s+{_NO_OTHER_SUBJECT}\s+(?:and|but)\s+{_ADVERBS}"
+                r"(?:moved|relocated)\s+(?:back\s+)?to\s+"
             ),
         ),
         _moved_on(_PLACE_STYLED),
