@@ -593,6 +593,14 @@ def test_look_alikes_of_jobs_employers_and_allergies(text: str) -> None:
     assert capture_rules(text) == []
 
 
+@pytest.mark.parametrize(
+    "text", ["I'm a student at MIT", "I'm a PhD student at Stanford", "I'm a freshman at UCLA"]
+)
+def test_a_school_is_no_employer(text: str) -> None:
+    # It stored employer MIT.
+    assert [key for key, _ in capture_rules(text)] in (["occupation"], [])
+
+
 # --- issue 15: only what the user states of themselves, now --------------------------------
 
 

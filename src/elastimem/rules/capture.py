@@ -365,8 +365,16 @@ _EMPLOYER_NAME = (
 )
 
 
+# "I'm a student at MIT": where a student studies is no employer.
+_STUDENT_WORDS = frozenset({"student", "undergraduate", "undergrad", "freshman", "sophomore",
+                            "pupil", "postgraduate", "postgrad"})  # fmt: skip
+
+
 def _employer_value(text: str, match: re.Match[str]) -> str | None:
-    if match.groupdict().get("job") is not None and _job_group(text, match) is None:
+    job = match.groupdict().get("job")
+    if job is not None and (
+        _job_group(text, match) is None or job.split()[-1].casefold() in _STUDENT_WORDS
+    ):
         return None
     return match.group("value")
 
