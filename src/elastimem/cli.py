@@ -1187,7 +1187,7 @@ def _refuse_other_memories(mem: Any, sessions: list[dict[str, Any]]) -> None:
     with mem._db.read() as conn:
         held = conn.execute("SELECT id, host_tag, started_at FROM sessions").fetchall()
         demo_ids = [sid for sid, tag, started in held if (tag, started) in demo]
-        marks = ",".join("?" * len(demo_ids)) or "NULL"
+        marks = ",".join("?" * len(demo_ids))  # SQLite takes an empty list: NOT IN () is true
         other_facts = conn.execute(
             "SELECT 1 FROM facts WHERE origin_session_id IS NULL OR origin_session_id NOT IN "
             f"({marks}) LIMIT 1",
