@@ -468,6 +468,8 @@ def test_location_variants_need_a_place(text: str) -> None:
         ("I relocated to Austin, and later moved to Dallas", "Dallas"),
         ("i moved to boston then to new york", "new york"),
         ("I moved to Berlin, then to the coast", "Berlin"),  # no place after it
+        ("i moved to berlin then to my parents", "berlin"),
+        ("i moved to berlin and then to work", "berlin"),
     ],
 )
 def test_a_move_on_to_a_later_place_stores_the_last_one(text: str, expected: str) -> None:

@@ -390,6 +390,17 @@ _MOVED_ON_RE = _compile(
 )
 
 
+def _may_be_place(value: str) -> bool:
+    """Whether a later place ("then to my parents") passes the location rule's cleaning."""
+    first = _CLEAN_WORD_RE.search(value)
+    return (
+        first is not None
+        and not _forbidden_first(first.group())
+        and first.group().casefold() not in NOT_VALUE_STARTS
+        and value.casefold() not in NOT_PLACES
+    )
+
+
 def _moved_on(shape: Shape) -> Shape:
     """``shape``, taking the last place of "to X, then to Y" (the shape's value starts at the
     end of the match it is given)."""
@@ -399,7 +410,7 @@ def _moved_on(shape: Shape) -> Shape:
         while value is not None:
             on = _MOVED_ON_RE.match(text, match.end() + len(value))
             later = shape(text, on) if on is not None else None
-            if on is None or later is None:
+            if on is None or later is None or not _may_be_place(later):
                 break
             match, value = on, later
         return value
