@@ -166,6 +166,8 @@ def test_errors_exit_1_with_the_message_on_stderr(tmp_path: Path, db: str) -> No
     export.write_text("not an export\n")
     bad = run("--db", db, "import", str(export))
     assert bad.returncode == 1 and "line 1" in bad.stderr.decode()
+    assert not Path(db).exists()  # the failed import removed the store it had created
+    run_json("--db", db, "remember", "color", "teal")
     # A bad option value is a usage error (§8.1: exit 2), with its message.
     bad_time = run("--db", db, "recall", "x", "--since", "not a date")
     assert bad_time.returncode == 2 and "since" in bad_time.stderr.decode()
@@ -180,6 +182,9 @@ def test_errors_exit_1_with_the_message_on_stderr(tmp_path: Path, db: str) -> No
         ["--format", "xml", "stats"],
         ["--tier", "huge", "stats"],
         ["recall", "x", "-k", "many"],
+        ["recall", "x", "-k", "-3"],  # these answered [] with exit 0
+        ["explain", "x", "-k", "0"],
+        ["sessions", "-n", "-1"],
         ["recall", "x", "--kind", "vector"],
         ["erase"],
         ["erase", "--key", "a", "--session", "1"],
@@ -541,6 +546,8 @@ def test_ctrl_c_during_import_leaves_the_store_consistent(tmp_path: Path) -> Non
     export = tmp_path / "big.jsonl"
     _big_export(export, 40_000)
     target = tmp_path / "target.db"
+    # An existing empty store (an import that fails into a new path removes what it made).
+    elastimem.open(str(target), disable_builtin_embedder=True).close()
     proc = subprocess.Popen(
         [*script(), "--db", str(target), "import", str(export)],
         stdout=subprocess.PIPE,
@@ -861,3 +868,63 @@ def test_demo_twice_on_one_store_stores_it_once(tmp_path: Path) -> None:
     assert {k: after[k] for k in counts} == counts == {
         "sessions": 3, "messages": 18, "chunks": 9, "fact_versions": counts["fact_versions"]
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["facts"], ["remember", "color", "teal"], ["path"]])
+def test_a_postgresql_address_is_refused_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    # It was taken as a relative path: `remember` made ./postgresql:/h/db and stored there.
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli.main, ["--db", "postgresql://h/db", *args])
+    assert result.exit_code == 1, result.output
+    assert "PostgreSQL stores are not supported yet" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("source", ["missing.jsonl", "notes.txt"])
+def test_a_failed_import_into_a_new_path_leaves_no_store(tmp_path: Path, source: str) -> None:
+    (tmp_path / "notes.txt").write_text("not an export\n")
+    target = tmp_path / "new" / "memory.db"
+    result = CliRunner().invoke(cli.main, ["--db", str(target), "import", str(tmp_path / source)])
+    assert result.exit_code == 1, result.output
+    # An empty store was left behind: the retry then imported into a store it had made.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("how", ["demo --db", "--db demo"])
+def test_demo_never_writes_into_a_store_that_holds_other_memories(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.record_turn("I live in Oslo", "Noted.")
+        mem.remember("favorite_color", "teal")
+    args = ["demo", "--db", str(path)] if how == "demo --db" else ["--db", str(path), "demo"]
+    result = CliRunner().invoke(cli.main, [*args, "--no-embedder"])
+    # It stored the sample user's turns and facts (allergies: peanuts) among the real ones.
+    assert result.exit_code == 1, result.output
+    assert "already holds memories that are not the demo" in result.output
+    assert "pass --db with a new file" in result.output
+    with elastimem.open(str(path), create=False, disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"location": "Oslo", "favorite_color": "teal"}
+        assert mem.stats()["sessions"] == 1
+
+
+@pytest.mark.parametrize("suffix", ["", "-wal", "-shm", "LINK"])
+@pytest.mark.parametrize("command", [["export"], ["graph", "--as", "html", "-o"]])
+def test_output_onto_the_store_itself_is_refused(
+    tmp_path: Path, suffix: str, command: list[str]
+) -> None:
+    path = tmp_path / "memory.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("favorite_color", "teal")
+    if suffix == "LINK":
+        (tmp_path / "link.jsonl").symlink_to(path)
+        out = str(tmp_path / "link.jsonl")
+    else:
+        out = str(path) + suffix
+    # `export memory.db` replaced the store with its own export: the store was gone.
+    result = CliRunner().invoke(cli.main, ["--db", str(path), *command, out])
+    assert result.exit_code == 1, result.output
+    assert "is the store itself" in result.output
+    with elastimem.open(str(path), create=False, disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"favorite_color": "teal"}

@@ -145,7 +145,7 @@ def test_stdio_session_with_the_sdk_client(tmp_path: Path) -> None:
     assert recall_props["k"]["type"] == "integer" and recall_props["k"]["default"] == 5
     assert recall_props["query"]["type"] == "string"
 
-    assert out["remember"] == {"changed": True, "reason": "stored"}
+    assert out["remember"] == {"changed": True, "reason": "stored", "key": "favorite_color"}
     assert out["record_turn"] == {"ok": True}
     hits = out["recall"] if isinstance(out["recall"], list) else [out["recall"]]
     assert any("Multnomah" in h["text"] for h in hits)

@@ -173,3 +173,28 @@ def test_create_must_be_a_bool(tmp_path: Path, bad: object) -> None:
     with pytest.raises(ConfigError, match="create="):
         open_store(tmp_path / "m.db", create=bad)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://localhost/memory", "postgres://u@h/db", "POSTGRESQL://h/db"]
+)
+@pytest.mark.parametrize("create", [True, False])
+def test_a_postgresql_address_is_refused_and_creates_nothing(
+    url: str, create: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It was taken as a relative path: a folder "postgresql:" appeared in the working folder.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="PostgreSQL stores are not supported yet"):
+        elastimem.open(url, create=create, disable_builtin_embedder=True)
+    with pytest.raises(ConfigError, match="PostgreSQL stores are not supported yet"):
+        elastimem.open_user(url, "alice", disable_builtin_embedder=True)
+    assert not any(tmp_path.iterdir())
+
+
+def test_another_url_is_refused_as_no_file_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="is an address, not a file path"):
+        elastimem.open("sqlite:///memory.db", disable_builtin_embedder=True)
+    assert not any(tmp_path.iterdir())

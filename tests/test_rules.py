@@ -137,6 +137,30 @@ def test_location_shape(text: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A lowercase match took one word: "i live in new york" stored location "new".
+        ("I'm Sam, btw i live in new york", [("name", "Sam"), ("location", "new york")]),
+        ("i live in new york now", [("location", "new york")]),
+        ("i just moved to san francisco", [("location", "san francisco")]),
+        ("i moved to los angeles last year", [("location", "los angeles")]),
+        ("i live in hong kong", [("location", "hong kong")]),
+        ("i live in rio de janeiro", [("location", "rio de janeiro")]),
+        ("i live in salt lake city", [("location", "salt lake city")]),
+        ("i live in new york city", [("location", "new york city")]),
+        ("I live in paris now", [("location", "paris")]),
+        # The first word of a place with no place after it is no value.
+        ("i moved to new place last week", []),
+        ("i live in new", []),
+    ],
+)
+def test_a_lowercase_place_of_two_words_is_taken_whole(
+    text: str, expected: list[tuple[str, str]]
+) -> None:
+    assert capture_rules(text) == expected
+
+
+@pytest.mark.parametrize(
     "text",
     ["I live in a flat", "I live in the UK", "I live in 2024", "I'm based in here", "I live in"],
 )
@@ -423,10 +447,46 @@ def test_location_in_ordinary_phrasing(text: str, expected: list[tuple[str, str]
         "I live in fear of deadlines",
         "I think my brother packed up and moved to Denver",
         "Before I moved to",
+        # Where, but no place: these stored hometown "around", location "abroad"...
+        "i'm from around here",
+        "I'm from nowhere special",
+        "I live in somewhere quiet",
+        "i moved to abroad",
+        "I live overseas and i live in everywhere",
     ],
 )
 def test_location_variants_need_a_place(text: str) -> None:
     assert capture_rules(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The first stop was stored as where the user lives.
+        ("I moved to Berlin, then to Munich", "Munich"),
+        ("We moved to Denver and then to Boulder last year", "Boulder"),
+        ("I relocated to Austin, and later moved to Dallas", "Dallas"),
+        ("i moved to boston then to new york", "new york"),
+        ("I moved to Berlin, then to the coast", "Berlin"),  # no place after it
+        ("i moved to berlin then to my parents", "berlin"),
+        ("i moved to berlin and then to work", "berlin"),
+    ],
+)
+def test_a_move_on_to_a_later_place_stores_the_last_one(text: str, expected: str) -> None:
+    assert capture_rules(text) == [("location", expected)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "but moved to" was missed: the location stayed what it was.
+        ("I grew up in Ohio but moved to Texas", [("hometown", "Ohio"), ("location", "Texas")]),
+        ("I'm from Ohio but moved to Texas", [("hometown", "Ohio"), ("location", "Texas")]),
+        ("I wanted to stay but my wife moved to Texas", []),
+    ],
+)
+def test_but_moved_to_is_a_move(text: str, expected: list[tuple[str, str]]) -> None:
+    assert capture_rules(text) == expected
 
 
 def test_a_place_run_stops_at_the_pronoun_i() -> None:
@@ -523,10 +583,24 @@ def test_other_rules_in_ordinary_phrasing(text: str, expected: list[tuple[str, s
         "I'm allergic to Mondays, not to you",
         "I work at night",
         "I work at my desk",
+        # A person, not a company: these stored employer "them", "you"...
+        "I work for them",
+        "I work for him",
+        "I work for you",
+        "I work for hire",
+        "I work for peanuts",
     ],
 )
 def test_look_alikes_of_jobs_employers_and_allergies(text: str) -> None:
     assert capture_rules(text) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["I'm a student at MIT", "I'm a PhD student at Stanford", "I'm a freshman at UCLA"]
+)
+def test_a_school_is_no_employer(text: str) -> None:
+    # It stored employer MIT.
+    assert [key for key, _ in capture_rules(text)] in (["occupation"], [])
 
 
 # --- issue 15: only what the user states of themselves, now --------------------------------
@@ -605,6 +679,24 @@ def test_statements_next_to_questions_and_conditions(
     ],
 )
 def test_time_words_stay_out_of_favorite_keys(text: str, expected: tuple[str, str]) -> None:
+    assert capture_rules(text) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "my favourite colour is green" then "my favorite color is blue": two live keys.
+        ("My favourite colour is green", ("favorite_color", "green")),
+        ("my favorite colour is green", ("favorite_color", "green")),
+        ("my favourite ice cream flavour is mint", ("favorite_ice_cream_flavor", "mint")),
+        ("my favourite TV programme is Taskmaster", ("favorite_tv_program", "Taskmaster")),
+        (
+            "my favourite theatre is Shakespeare's Globe",
+            ("favorite_theater", "Shakespeare's Globe"),
+        ),
+    ],
+)
+def test_british_spellings_make_the_same_favorite_key(text: str, expected: tuple[str, str]) -> None:
     assert capture_rules(text) == [expected]
 
 

@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .config import ElastimemConfig
+from .db import refuse_database_url
 from .errors import ClosedError, ConfigError
 from .governor import MemoryProfile
 from .store import Elastimem
@@ -38,16 +39,12 @@ R = TypeVar("R")
 # Threads per store: reads run side by side under WAL while a write or a drain waits, and
 # a store never takes more than this many threads however many requests queue on it.
 THREADS_PER_STORE = 4
-UNSUPPORTED_URL_PREFIXES = ("postgresql://", "postgres://")
 
 
 def check_target(path: object) -> None:
-    """Refuse a database address this version cannot open yet (PostgreSQL)."""
-    if isinstance(path, str) and path.lower().startswith(UNSUPPORTED_URL_PREFIXES):
-        raise ConfigError(
-            "PostgreSQL stores are not supported yet; pass a file path (or a folder of "
-            "per-user stores to elastimem serve)"
-        )
+    """Refuse a database address this version cannot open yet (PostgreSQL), before a thread
+    starts for it."""
+    refuse_database_url(path)
 
 
 def _twin(
@@ -106,6 +103,11 @@ class AsyncElastimem:
     @property
     def path(self) -> str:
         return self._mem.path
+
+    @property
+    def set_aside(self) -> str | None:
+        """Where opening moved a damaged store file aside, else None (``Elastimem.set_aside``)."""
+        return self._mem.set_aside
 
     @property
     def complete_fn(self) -> Callable[..., str] | None:

@@ -56,6 +56,12 @@ class CliState:
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
+        from .db import refuse_database_url
+
+        try:
+            refuse_database_url(raw)  # before realpath makes "postgresql://h/db" a path
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
         # realpath, as the store resolves it: a symlink shows the file that opens.
         return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
 
@@ -550,7 +556,8 @@ def stats(state: CliState) -> None:
 
 @main.command()
 @click.argument("query")
-@click.option("-k", "k", default=5, show_default=True, type=int, help="How many hits.")
+@click.option("-k", "k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many hits.")  # fmt: skip
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(["chunk", "fact"]),
               help="Only this kind of hit (repeatable).")  # fmt: skip
 @click.option("--since", help="Only hits at or after this ISO date/time.")
@@ -571,7 +578,8 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
 
 @main.command()
 @click.argument("query")
-@click.option("-k", "k", default=5, show_default=True, type=int, help="How many hits.")
+@click.option("-k", "k", default=5, show_default=True, type=click.IntRange(min=1),
+              help="How many hits.")  # fmt: skip
 @pass_state
 def explain(state: CliState, query: str, k: int) -> None:
     """Show how recall ranked its hits, leg by leg.
@@ -767,7 +775,8 @@ def _stdin_is_tty() -> bool:
 
 
 @main.command()
-@click.option("-n", "n", default=20, show_default=True, type=int, help="How many sessions.")
+@click.option("-n", "n", default=20, show_default=True, type=click.IntRange(min=1),
+              help="How many sessions.")  # fmt: skip
 @pass_state
 def sessions(state: CliState, n: int) -> None:
     """The most recent conversations, newest first.
@@ -794,6 +803,8 @@ def export(state: CliState, file: str) -> None:
       elastimem export backup.jsonl
       elastimem --db old.db export - | elastimem --db new.db import -
     """
+    if file != "-":
+        _refuse_the_store_as_output(state, file)
     with state.store() as mem:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
@@ -813,6 +824,27 @@ def export(state: CliState, file: str) -> None:
         emit(state, counts)
 
 
+def _refuse_the_store_as_output(state: CliState, out: str) -> None:
+    """Exit 1 when ``out`` is the store file or one of its companions (by path, symlink or
+    hard link): `export memory.db` replaced the store with its own export."""
+    store = state.db_path()
+    if store == ":memory:":
+        return
+    target = os.path.realpath(os.path.expanduser(out))
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        companion = store + suffix
+        same = target == companion
+        if not same:
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(target, companion)
+        if same:
+            which = f" (its {suffix[1:]} file)" if suffix else ""
+            raise click.ClickException(
+                f"{out} is the store itself{which}; writing onto it would destroy the store: "
+                "name another file"
+            )
+
+
 @main.command(name="import")
 @click.argument("file", metavar="FILE")
 @pass_state
@@ -820,20 +852,59 @@ def import_cmd(state: CliState, file: str) -> None:
     """Load an export (FILE, or `-` for stdin) into an empty store.
 
     All or nothing: a damaged file is rejected with its line number, and Ctrl-C leaves the
-    store as it was. Creates the store if it does not exist.
+    store as it was. Creates the store if it does not exist (and removes it again when the
+    import fails).
 
     \b
     Example:
       elastimem --db restored.db import backup.jsonl
     """
+    if file != "-" and not os.path.isfile(file):
+        # Before the store is created: a mistyped FILE left an empty store behind.
+        reason = "it is a folder" if os.path.isdir(file) else "no such file"
+        raise click.ClickException(
+            f"cannot read the export {file} ({reason}); nothing was imported"
+        )
     source: Any = getattr(sys.stdin, "buffer", sys.stdin) if file == "-" else file
+    path = state.db_path()
+    made = _missing_parts(path)
     update, finish = _progress("Importing")
     try:
         with state.store(create=True) as mem:
             counts = mem.import_(source, progress=update)
+    except BaseException:
+        # All or nothing: a store this import created is removed with its folders.
+        _remove_new_store(path, made)
+        raise
     finally:
         finish()
     emit(state, counts)
+
+
+def _missing_parts(path: str) -> list[str]:
+    """``path`` and the folders above it that do not exist yet, deepest first."""
+    if path == ":memory:":
+        return []
+    missing: list[str] = []
+    current = path
+    while not os.path.lexists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return missing
+
+
+def _remove_new_store(path: str, made: list[str]) -> None:
+    if not made or made[0] != path:
+        return  # the store existed before: import_ left it as it was
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            os.remove(path + suffix)
+    for folder in made[1:]:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)  # only when empty
 
 
 @main.command()
@@ -886,6 +957,8 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
         render: Callable[[Any], str] = getattr(graph_view, f"render_{as_}")
     except (ImportError, AttributeError) as exc:
         raise click.ClickException(f"this elastimem cannot draw graphs ({exc})") from exc
+    if out and out != "-":
+        _refuse_the_store_as_output(state, out)
     with state.store() as mem, mem._db.read() as conn:
         text = render(conn)
     if out and out != "-":
@@ -973,8 +1046,9 @@ def load_demo_conversation() -> dict[str, Any]:
 
 
 @main.command()
-@click.option("--db", "demo_db", metavar="PATH", help="Keep the demo store here "
-              "(default: a temporary store, deleted afterwards).")  # fmt: skip
+@click.option("--db", "demo_db", metavar="PATH", help="Keep the demo store here: a new "
+              "file, or one holding only the demo (default: a temporary store, deleted "
+              "afterwards).")  # fmt: skip
 @_llm_options
 @click.option("--no-embedder", is_flag=True, help="Skip the built-in embedder (keyword only).")
 @pass_state
@@ -999,6 +1073,8 @@ def demo(state: CliState, demo_db: str | None, llm_url: str | None, llm_model: s
     with tempfile.TemporaryDirectory(prefix="elastimem-demo-") as tmp:
         target = chosen or str(Path(tmp) / "demo.db")
         with dataclasses.replace(state, db=target).store(create=True, **kw) as mem:
+            if chosen is not None:
+                _refuse_other_memories(mem, data["sessions"])
             _run_demo(mem, data, kept=chosen is not None, llm=llm)
 
 
@@ -1100,6 +1176,30 @@ def _demo_sessions_to_record(mem: Any, sessions: list[dict[str, Any]]) -> list[d
             ).fetchall()
         )
     return [s for s in sessions if (s.get("host_tag"), to_ts(s["started_at"])) not in held]
+
+
+def _refuse_other_memories(mem: Any, sessions: list[dict[str, Any]]) -> None:
+    """Exit 1 when the store holds anything but the demo: `elastimem --db real.db demo`
+    stored a sample user's turns and facts ("allergies: peanuts") among the real ones."""
+    from .clock import to_ts
+
+    demo = {(s.get("host_tag"), to_ts(s["started_at"])) for s in sessions}
+    with mem._db.read() as conn:
+        held = conn.execute("SELECT id, host_tag, started_at FROM sessions").fetchall()
+        demo_ids = [sid for sid, tag, started in held if (tag, started) in demo]
+        marks = ",".join("?" * len(demo_ids))  # SQLite takes an empty list: NOT IN () is true
+        other_facts = conn.execute(
+            "SELECT 1 FROM facts WHERE origin_session_id IS NULL OR origin_session_id NOT IN "
+            f"({marks}) LIMIT 1",
+            demo_ids,
+        ).fetchone()
+        lessons = conn.execute("SELECT 1 FROM lessons LIMIT 1").fetchone()
+    if len(demo_ids) < len(held) or other_facts or lessons:
+        raise click.ClickException(
+            f"{mem.path} already holds memories that are not the demo; it was left as it "
+            "was (the demo would add a sample user's conversations and facts to them): pass "
+            "--db with a new file, or run the demo without --db"
+        )
 
 
 def _field(name: str, value: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -563,6 +564,29 @@ def reconcile_fts(db: Database) -> None:
 
 # -- open sequence -----------------------------------------------------------------------------
 
+# Database addresses this version cannot open yet. Taken as a path, "postgresql://h/db" made a
+# folder "postgresql:" in the working folder and a SQLite file inside it.
+UNSUPPORTED_URL_PREFIXES = ("postgresql://", "postgres://")
+_URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def refuse_database_url(path: object) -> None:
+    """Refuse an address given where a store file (or a folder of them) is expected, before
+    anything is created for it: PostgreSQL is not supported yet; any other ``scheme://`` is
+    no file path."""
+    if not isinstance(path, str):
+        return
+    if path.lower().startswith(UNSUPPORTED_URL_PREFIXES):
+        raise ConfigError(
+            "PostgreSQL stores are not supported yet; pass a file path (or a folder of "
+            "per-user stores to elastimem serve)"
+        )
+    if _URL_RE.match(path):
+        raise ConfigError(
+            f"{path!r} is an address, not a file path; pass the path of a store file "
+            "(or ':memory:')"
+        )
+
 
 def resolve_path(path: str | os.PathLike[str]) -> str:
     """Expand ``~``, create missing parent folders (0700) and return the absolute path."""
@@ -930,6 +954,7 @@ def open_store(path: str | os.PathLike[str], *, create: bool = True) -> Database
     SQLite file without tables raises ``StoreError`` and nothing is created (no folder, no
     file). A file that is not SQLite at all is refused untouched whatever ``create`` says.
     """
+    refuse_database_url(os.fspath(path))
     if not create:
         _require_existing(path)  # before resolve_path, which creates missing folders
     resolved = resolve_path(path)

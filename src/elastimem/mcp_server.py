@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .errors import ElastimemError
+from .text import normalize_key
 
 logger = logging.getLogger("elastimem")
 
@@ -120,7 +121,7 @@ def build_server(mem: Any) -> Any:
     @server.tool(
         description="Store a durable fact about the user under a short key (e.g. "
         "favorite_color = teal). A new value for an existing key becomes a new version; "
-        "the old one stays in the history. Returns {changed, reason}."
+        "the old one stays in the history. Returns {changed, reason, key} (key as stored)."
     )
     def remember(
         key: Annotated[
@@ -145,7 +146,8 @@ def build_server(mem: Any) -> Any:
         ] = "explicit",
     ) -> dict[str, Any]:
         changed, reason = call(mem.remember, key, value, source)
-        return {"changed": changed, "reason": reason}
+        # The key as stored, so the model can name it in forget or timeline.
+        return {"changed": changed, "reason": reason, "key": normalize_key(key)}
 
     @server.tool(
         description="Search long-term memory (past conversation chunks and facts) by keyword "

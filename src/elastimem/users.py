@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import files
+from .db import refuse_database_url
 from .errors import ConfigError
 
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -50,6 +51,7 @@ def _root(root_dir: object) -> Path:
     raw = os.fspath(root_dir)
     if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise ConfigError(f"root_dir={root_dir!r} is invalid; pass a non-empty folder path")
+    refuse_database_url(raw)
     root = Path(os.path.expanduser(raw))
     if not root.exists():
         try:

@@ -34,6 +34,7 @@ from ..text import normalize_key
 from .context import SENTENCE_WINDOW, asserted, subject_start
 from .words import (
     AFTER_NAME_WORDS,
+    AMERICAN_SPELLINGS,
     FAVORITE_TIME_PHRASES,
     JOB_TAIL_NOUNS,
     NAME_BREAK_WORDS,
@@ -41,10 +42,13 @@ from .words import (
     NOT_EMPLOYERS,
     NOT_NAMES,
     NOT_OCCUPATION_MODIFIERS,
+    NOT_PLACE_SECOND_WORDS,
     NOT_PLACES,
     NOT_VALUE_STARTS,
     OCCUPATION_NOUNS,
     PARTICIPLE_NAMES,
+    PLACE_FIRST_WORDS,
+    PLACE_JOINING_WORDS,
     THIS_IS_WORDS,
     TITLE_WORDS,
 )
@@ -196,7 +200,7 @@ def _proper_noun(
             return None
         if not _is_capitalised(first.group()):
             if lowercase == "always" or (lowercase == "styled" and _lowercase_styled(text)):
-                return first.group()
+                return _lowercase_place(text, first) if region else first.group()
             return None
         end = _capitalised_run(text, start, max_words)
         if region:
@@ -208,6 +212,35 @@ def _proper_noun(
         return text[start:end]
 
     return shape
+
+
+def _lowercase_place(text: str, first: re.Match[str]) -> str | None:
+    """A lowercase place: one word ("i live in paris"), or, after a word that is never a
+    place alone, the words that complete it ("new york", "rio de janeiro", "salt lake
+    city"); None when they do not ("i moved to new place")."""
+    if first.group().casefold() not in PLACE_FIRST_WORDS:
+        return first.group()
+    end = first.end()
+    words = [first.group().casefold()]
+    while len(words) < MAX_PLACE_WORDS:
+        gap = _INLINE_GAP_RE.match(text, end)
+        word = _LETTER_WORD_RE.match(text, gap.end()) if gap else None
+        if word is None:
+            break
+        folded = word.group().casefold()
+        if folded == "city" and len(words) > 1:  # "new york city", "salt lake city"
+            words.append(folded)
+            end = word.end()
+            break
+        if not (len(words) == 1 or words[-1] in PLACE_JOINING_WORDS):
+            break
+        if folded in FILLER_WORDS or folded in NOT_PLACES or folded in NOT_PLACE_SECOND_WORDS:
+            return None
+        words.append(folded)
+        end = word.end()
+    if len(words) == 1 or words[-1] in PLACE_JOINING_WORDS:
+        return None
+    return text[first.start() : end]
 
 
 @functools.lru_cache(maxsize=4)  # asked once per lowercase capture of the same message
@@ -332,8 +365,16 @@ _EMPLOYER_NAME = (
 )
 
 
+# "I'm a student at MIT": where a student studies is no employer.
+_STUDENT_WORDS = frozenset({"student", "undergraduate", "undergrad", "freshman", "sophomore",
+                            "pupil", "postgraduate", "postgrad"})  # fmt: skip
+
+
 def _employer_value(text: str, match: re.Match[str]) -> str | None:
-    if match.groupdict().get("job") is not None and _job_group(text, match) is None:
+    job = match.groupdict().get("job")
+    if job is not None and (
+        _job_group(text, match) is None or job.split()[-1].casefold() in _STUDENT_WORDS
+    ):
         return None
     return match.group("value")
 
@@ -341,6 +382,41 @@ def _employer_value(text: str, match: re.Match[str]) -> str | None:
 _PLACE = _proper_noun(MAX_PLACE_WORDS, region=True)
 _PLACE_CAPITALISED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="never")
 _PLACE_STYLED = _proper_noun(MAX_PLACE_WORDS, region=True, lowercase="styled")
+
+# "I moved to Berlin, then to Munich": the place moved on to is where the user is now.
+_MOVED_ON_RE = _compile(
+    r"[ \t]*,?[ \t]*(?:and[ \t]+)?(?:then|later|after[ \t]+that|eventually|finally)[ \t]*,?"
+    r"[ \t]+(?:(?:moved|relocated|went)[ \t]+)?to[ \t]+"
+)
+
+
+def _may_be_place(value: str) -> bool:
+    """Whether a later place ("then to my parents") passes the location rule's cleaning."""
+    first = _CLEAN_WORD_RE.search(value)
+    return (
+        first is not None
+        and not _forbidden_first(first.group())
+        and first.group().casefold() not in NOT_VALUE_STARTS
+        and value.casefold() not in NOT_PLACES
+    )
+
+
+def _moved_on(shape: Shape) -> Shape:
+    """``shape``, taking the last place of "to X, then to Y" (the shape's value starts at the
+    end of the match it is given)."""
+
+    def moved(text: str, match: re.Match[str]) -> str | None:
+        value = shape(text, match)
+        while value is not None:
+            on = _MOVED_ON_RE.match(text, match.end() + len(value))
+            later = shape(text, on) if on is not None else None
+            if on is None or later is None or not _may_be_place(later):
+                break
+            match, value = on, later
+        return value
+
+    return moved
+
 
 # "I'm a nurse", "I'm a senior software engineer": up to three words, then a job noun.
 _JOB_NOUN = "(?:" + "|".join(sorted(OCCUPATION_NOUNS, key=len, reverse=True)) + ")"
@@ -405,7 +481,7 @@ RULES: tuple[Rule, ...] = (
             _compile(r"\b(?P<subj>i)['’]m\s+based\s+in\s+"),
             _compile(r"\b(?P<subj>i)\s+(?:moved|relocated)\s+to\s+"),
         ),
-        _PLACE,
+        _moved_on(_PLACE),
         NOT_VALUE_STARTS,
         NOT_PLACES,
     ),
@@ -425,14 +501,14 @@ RULES: tuple[Rule, ...] = (
             _compile(rf"\b(?P<subj>i|we)(?:['’]ve|\s+have)\s+{_ADVERBS}been\s+living\s+in\s+"),
             _compile(r"\b(?P<subj>my)\s+(?:new\s+)?home\s+is\s+(?:now\s+)?in\s+"),
             # Chat style drops the subject: "Just moved to Denver!", "I left Seattle and
-            # moved to Tacoma" (no other subject in between).
+            # moved to Tacoma", "I'm from Ohio but moved to Texas" (no other subject between).
             _compile(_SENTENCE_START + rf"(?P<subj>){_ADVERBS}(?:moved|relocated)\s+to\s+"),
             _compile(
-                rf"\b(?P<subj>i)\s+{_NO_OTHER_SUBJECT}\s+and\s+{_ADVERBS}(?:moved|relocated)\s+"
-                r"(?:back\s+)?to\s+"
+                rf"\b(?P<subj>i)(?:['’]m)?\s+{_NO_OTHER_SUBJECT}\s+(?:and|but)\s+{_ADVERBS}"
+                r"(?:moved|relocated)\s+(?:back\s+)?to\s+"
             ),
         ),
-        _PLACE_STYLED,
+        _moved_on(_PLACE_STYLED),
         NOT_VALUE_STARTS,
         NOT_PLACES,
     ),
@@ -597,9 +673,11 @@ FAVORITE_RE = _compile(
 
 
 def favorite_key(subject: str) -> str | None:
-    """``favorite_<subject>`` with time words taken out ("band these days" → favorite_band);
-    None when no subject or more than three words remain."""
+    """``favorite_<subject>`` with time words taken out ("band these days" → favorite_band)
+    and British spellings made American ("colour" → favorite_color); None when no subject or
+    more than three words remain."""
     words = _TIME_PHRASE_RE.sub(" ", subject).split()
+    words = [AMERICAN_SPELLINGS.get(word.casefold(), word) for word in words]
     if not 1 <= len(words) <= MAX_FAVORITE_SUBJECT_WORDS:
         return None
     key = normalize_key(f"{FAVORITE_KEY_PREFIX} {' '.join(words)}")

@@ -148,16 +148,47 @@ NOT_PLACES = CALENDAR_WORDS | _words(
     interesting strange uncertain dark hard tough difficult crazy weird modern exciting
     challenging unprecedented anticipation hopes suspense panic agony town city country
     suburbs countryside downtown uptown campus school college university work office
+    around nowhere somewhere everywhere anywhere elsewhere abroad overseas nearby
     """
 )
 
 # Words an employer capture cannot start with ("I work at night", "I work for free",
 # "I work at my desk").
+# British spellings in a favorite's subject, written the American way so "my favourite
+# colour" and "my favorite color" set one key.
+AMERICAN_SPELLINGS = {
+    "colour": "color", "colours": "colors", "flavour": "flavor", "flavours": "flavors",
+    "theatre": "theater", "programme": "program", "humour": "humor", "jewellery": "jewelry",
+    "centre": "center", "neighbourhood": "neighborhood", "harbour": "harbor",
+    "cheque": "check", "aeroplane": "airplane", "pyjamas": "pajamas", "grey": "gray",
+}  # fmt: skip
+
+# First words of places that are never a place alone: a lowercase place starting with one
+# takes the next word too ("i live in new york", "i moved to san diego").
+PLACE_FIRST_WORDS = _words(
+    """
+    new san santa los las hong sri buenos tel abu kuala rio sao são puerto baton salt st saint
+    fort port mount palo addis costa cape ho
+    """
+)
+# Words after such a first word that make no place: "i moved to new place", "a new job".
+NOT_PLACE_SECOND_WORDS = _words(
+    """
+    place places job jobs apartment flat house home city town school team company role office
+    neighborhood neighbourhood area building room country state position department project
+    one ones friends people stuff things
+    """
+)
+# Inside a place, a word that needs the word after it ("rio de janeiro", "salt lake city").
+PLACE_JOINING_WORDS = _words("de do da del dos das di lake")
+
 NOT_EMPLOYERS = _words(
     """
     my your our his her their this that these those some any night nights weekends
     weekend noon dawn midnight free fun money cash tips minimum least most scale speed
     pace times full part it everything nothing anything something
+    yourself himself herself themselves me you him us them whoever
+    hire peanuts pennies nothing food
     """
 )
 

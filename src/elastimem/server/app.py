@@ -164,6 +164,8 @@ def build_app(options: ServiceOptions) -> Starlette:
                     result = await rest.run_endpoint(
                         endpoint, mem, body, request.query_params, dict(request.path_params)
                     )
+                if isinstance(result, rest.Reply):
+                    return JSONResponse(result.body, status_code=result.status)
                 return JSONResponse(result, status_code=endpoint.status)
             except Exception as exc:
                 return _failure_response(exc, where)

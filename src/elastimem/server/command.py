@@ -8,8 +8,10 @@ as a stop that was asked for and done cleanly. SIGHUP reloads the keys (see ``ap
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -83,7 +85,7 @@ def serve_command(
         if state.tier:
             store_options["tier_override"] = state.tier
         try:
-            check_target(target)
+            folder = os.path.abspath(check_target(target))  # "~" expanded, as the stores see it
             keys = KeyRing(keys_path)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -100,16 +102,54 @@ def serve_command(
             timeout_graceful_shutdown=drain_timeout,
             server_header=False,
         )
+        # Bound here, before saying "serving": a port in use is one clear error (uvicorn
+        # logged its errno line and exited 3), and --port 0 shows the port it got.
+        sock = _listen(host, port)
+        bound = sock.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
         click.echo(
-            f"elastimem: serving {len(keys)} key(s), stores under {os.path.abspath(target)}, "
-            f"on http://{host}:{port} (REST /v1, MCP /mcp, docs /openapi.json)",
+            f"elastimem: serving {len(keys)} key(s), stores under {folder}, "
+            f"on http://{shown}:{bound} (REST /v1, MCP /mcp, docs /openapi.json)",
             err=True,
         )
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _stopped)
-        uvicorn.Server(config).run()
+        with sock:
+            uvicorn.Server(config).run(sockets=[sock])
 
     return serve
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (as uvicorn binds it), or a ClickException saying why
+    not and what to do."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}: it is no address of this machine ({exc}); pass --host "
+            "with one, such as 127.0.0.1 or 0.0.0.0"
+        ) from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            message = (
+                f"port {port} on {host} is already in use (another elastimem serve?); stop "
+                "that process or pick another --port"
+            )
+        else:
+            message = (
+                f"cannot listen on {host}:{port} ({exc.strerror}); pick another --host or --port"
+            )
+        raise click.ClickException(message) from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _stopped(signum: int, frame: Any) -> None:

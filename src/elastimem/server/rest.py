@@ -24,6 +24,7 @@ from typing import Any
 from .. import __version__
 from ..aio import AsyncElastimem
 from ..clock import to_ts
+from ..text import normalize_key
 
 logger = logging.getLogger("elastimem")
 
@@ -34,6 +35,14 @@ EXPORT_CHUNK_BYTES = 64 * 1024
 EXPORT_CHUNKS_IN_FLIGHT = 8
 # Paths that reveal where the stores live on the server; left out of /v1/stats.
 STATS_HIDDEN = frozenset({"path"})
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A handler's answer with a status other than its endpoint's usual one."""
+
+    status: int
+    body: Any
 
 
 class ApiError(Exception):
@@ -196,6 +205,10 @@ class Endpoint:
     status: int = 200
     response: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     streams: bool = False
+    # Other answers: a status with its description (the body has the same schema) ...
+    also: tuple[tuple[int, str], ...] = ()
+    # ... and refusals beyond the 400/401/413/503 every endpoint may give.
+    refusals: tuple[int, ...] = ()
 
     @property
     def operation_id(self) -> str:
@@ -238,7 +251,10 @@ async def _remember(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -
     changed, reason = await mem.remember(
         p["key"], a["value"], a.get("source", "explicit"), at=a.get("at")
     )
-    return {"changed": changed, "reason": reason}
+    if reason.startswith("rejected: "):
+        raise ApiError(422, f"the fact was not stored: {reason.removeprefix('rejected: ')}")
+    # The key as stored (keys are normalised: "Favorite Color" is favorite_color).
+    return {"changed": changed, "reason": reason, "key": normalize_key(p["key"])}
 
 
 async def _fact_history(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
@@ -262,7 +278,9 @@ async def _timeline(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -
 
 
 async def _add_lesson(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
-    return {"added": await mem.add_lesson(a["text"], a.get("tag"))}
+    if await mem.add_lesson(a["text"], a.get("tag")):
+        return {"added": True}
+    return Reply(200, {"added": False})  # already current, or refused by the guards
 
 
 async def _sessions(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
@@ -288,6 +306,10 @@ async def _erase(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> A
         session_id=a.get("session_id"),
         include_facts=a.get("include_facts", False),
     )
+    if not any(counts.values()):  # as the CLI's erase exits 1
+        if "session_id" in a:
+            raise ApiError(404, f"nothing to erase: no session {a['session_id']}")
+        raise ApiError(404, f"nothing to erase: no fact has the key {a['key']!r}")
     return {"erased": counts}
 
 
@@ -365,7 +387,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                            "description": "Who stated it (default explicit)."}),
             Arg("at", TIME),
         ),
-        response=_obj(changed={"type": "boolean"}, reason=_STR),
+        response=_obj(changed={"type": "boolean"}, reason=_STR, key=_STR),
+        refusals=(422,),
     ),
     Endpoint(
         "GET", "/v1/facts/{key}/history", "Every version of a fact, oldest first.",
@@ -388,6 +411,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             Arg("tag", _text("Optional topic tag.", max_length=200)),
         ),
         status=201, response=_obj(added={"type": "boolean"}),
+        also=((200, "Not added: already a current lesson, or refused by the guards."),),
     ),
     Endpoint(
         "GET", "/v1/sessions", "The most recent sessions, newest first.", _sessions,
@@ -405,7 +429,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _end_session, body=(), response=_obj(ended=_INT),
     ),
     Endpoint(
-        "POST", "/v1/erase", "Delete a fact's history or a session, unrecoverably.", _erase,
+        "POST", "/v1/erase", "Delete a fact's history or a session, unrecoverably; 404 when "
+        "there is nothing to erase.", _erase,
         body=(
             Arg("key", _text("A fact key.", min_length=1, max_length=1000)),
             Arg("session_id", {"type": "integer", "minimum": 0}),
@@ -413,6 +438,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                                   "description": "With session_id: also the facts it taught."}),
         ),
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
+        refusals=(404,),
     ),
     Endpoint(
         "GET", "/v1/export", "The whole store as JSON Lines, streamed.", _export, streams=True,
@@ -562,6 +588,13 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
                     "additionalProperties": False,
                 }}},
             }  # fmt: skip
+        for status, description in ep.also:
+            operation["responses"][str(status)] = {
+                "description": description,
+                "content": {content_type: {"schema": ep.response}},
+            }
+        for status in ep.refusals:
+            operation["responses"][str(status)] = error
         if "{" in ep.path:
             operation["responses"]["404"] = error
         paths.setdefault(ep.path, {})[ep.method.lower()] = operation
