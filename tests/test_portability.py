@@ -593,3 +593,25 @@ def test_a_failed_export_leaves_no_partial_file(
         rich.export(target)
     assert target.read_text() == "previous export\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".elastimem")] == []
+
+
+@pytest.mark.parametrize("onto", ["store", "wal", "symlink", "hardlink"])
+def test_export_onto_the_store_itself_is_refused_and_the_store_survives(
+    tmp_path: Path, onto: str
+) -> None:
+    path = tmp_path / "m.db"
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        mem.remember("pet", "a cat named Pixel")
+        target = {"store": path, "wal": Path(str(path) + "-wal")}.get(onto)
+        if onto == "symlink":
+            target = tmp_path / "link.jsonl"
+            target.symlink_to(path)
+        elif onto == "hardlink":
+            target = tmp_path / "hard.jsonl"
+            os.link(path, target)
+        assert target is not None
+        with pytest.raises(elastimem.ConfigError, match="store itself"):
+            mem.export(str(target))
+        assert mem.facts() == {"pet": "a cat named Pixel"}
+    with elastimem.open(str(path), disable_builtin_embedder=True) as mem:
+        assert mem.facts() == {"pet": "a cat named Pixel"}

@@ -830,19 +830,13 @@ def _refuse_the_store_as_output(state: CliState, out: str) -> None:
     store = state.db_path()
     if store == ":memory:":
         return
-    target = os.path.realpath(os.path.expanduser(out))
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        companion = store + suffix
-        same = target == companion
-        if not same:
-            with contextlib.suppress(OSError):
-                same = os.path.samefile(target, companion)
-        if same:
-            which = f" (its {suffix[1:]} file)" if suffix else ""
-            raise click.ClickException(
-                f"{out} is the store itself{which}; writing onto it would destroy the store: "
-                "name another file"
-            )
+    suffix = files.store_file_at(out, store)
+    if suffix is not None:
+        which = f" (its {suffix[1:]} file)" if suffix else ""
+        raise click.ClickException(
+            f"{out} is the store itself{which}; writing onto it would destroy the store: "
+            "name another file"
+        )
 
 
 @main.command(name="import")

@@ -130,3 +130,23 @@ def _mode(path: str) -> int:
         return stat.S_IMODE(os.stat(path).st_mode)
     except (OSError, ValueError):
         return 0
+
+
+STORE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+
+
+def store_file_at(target: str, store: str) -> str | None:
+    """The suffix ("" for the store itself, else "-wal"...) when writing ``target`` would
+    write onto the store file ``store`` or a companion of it (by path, symlink or hard
+    link), else None. An export or a graph page written there destroyed the store."""
+    real = os.path.realpath(os.path.expanduser(target))
+    for suffix in STORE_COMPANIONS:
+        companion = store + suffix
+        if real == companion:
+            return suffix
+        try:
+            if os.path.samefile(real, companion):
+                return suffix
+        except OSError:
+            continue
+    return None

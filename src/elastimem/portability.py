@@ -36,7 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from . import db, fact_vectors, graph, migrations
+from . import db, fact_vectors, files, graph, migrations
 from .background import Services
 from .clock import now_ts
 from .episodic import close_session
@@ -349,6 +349,14 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
         # A symlink names the file to write: the temp file goes beside that one and is
         # renamed over it (renamed over the link, it replaced the link, target unwritten).
         target = os.path.realpath(os.path.expanduser(raw))
+        database = services.db
+        suffix = None if database.is_memory else files.store_file_at(target, database.path)
+        if suffix is not None:
+            which = f" (its {suffix[1:]} file)" if suffix else ""
+            raise ConfigError(
+                f"cannot export to {raw}: it is the store itself{which}, and writing onto it "
+                "would destroy the store; name another file"
+            )
         if os.path.isdir(target):
             raise StoreError(f"cannot write the export to {target}: it is a folder; name a file")
         if os.path.exists(target) and not os.path.isfile(target):
