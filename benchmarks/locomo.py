@@ -9,9 +9,23 @@ keyword legs only (the same file reopened with ``disable_builtin_embedder=True``
 hybrid. A question's evidence turns (``D<session>:<turn>``) are mapped to chunks through the
 messages each chunk covers.
 
-Figures: recall@k is the share of a question's evidence turns found in the top k, averaged
-over questions (``--metric any`` counts a question as found when any evidence turn is); MRR
-uses the rank of the first chunk holding an evidence turn.
+Figures, at two granularities:
+
+- exchange level (unchanged since the first version, so past figures stay comparable):
+  recall@k is the share of a question's evidence turns found in the top k chunks of
+  ``recall(question, k=10)``, averaged over questions (``--metric any`` counts a question as
+  found when any evidence turn is); MRR uses the rank of the first chunk holding an evidence
+  turn.
+- session level (how MemPalace and basic-memory publish theirs): the same question is asked
+  again with ``k=--session-depth`` (50); the hits are walked in rank order and each hit's
+  LoCoMo session (``D3:5`` -> session 3, from the turns its chunk covers) is kept at its first
+  occurrence only, giving a ranking of distinct sessions. Session recall@k (k = 5, 10) is the
+  share of the question's evidence sessions among the first k of them. When the deep ranking
+  reaches fewer than k distinct sessions, the shorter list is scored as it is (no padding):
+  an evidence session outside it counts as missed; ``short@10`` says how often that happened.
+
+Both are given for every category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
+for all of them, in each mode.
 
     python benchmarks/locomo.py                      # keyword-only and hybrid, all 5 dev convs
     python benchmarks/locomo.py --convs conv-26 --per-category
@@ -43,6 +57,9 @@ from typing import Any
 import elastimem
 
 KS = (1, 3, 5, 10)
+SESSION_KS = (5, 10)
+SESSION_DEPTH = 50  # hits asked for the session ranking: enough for 10 distinct sessions
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 0: "all"}
 DEFAULT_DATA = (
     Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 )
@@ -187,6 +204,72 @@ def questions_of(sample: dict[str, Any]) -> list[tuple[str, int, frozenset[str]]
     return out
 
 
+def sessions_of_turns(dias: Iterable[str]) -> frozenset[int]:
+    """The LoCoMo session numbers of dialog turn ids: {"D3:5", "D3:6", "D12:1"} -> {3, 12}."""
+    return frozenset(int(s) for dia in dias for s, _t in _DIA.findall(dia))
+
+
+def distinct_sessions(ranked: Iterable[Iterable[int]], k: int) -> list[int]:
+    """The first ``k`` distinct sessions of a ranking of hits, best first.
+
+    ``ranked`` gives, for each hit in rank order, the sessions its chunk covers (one for an
+    exchange chunk; none when it covers no dialog turn, which is skipped; several, in
+    ascending order, if a chunk ever spanned sessions). Each session is kept at its first
+    occurrence. The list is shorter than ``k`` when the ranking holds fewer sessions.
+    """
+    out: list[int] = []
+    seen: set[int] = set()
+    for sessions in ranked:
+        for session in sorted(sessions):
+            if session not in seen:
+                seen.add(session)
+                out.append(session)
+                if len(out) >= k:
+                    return out
+    return out
+
+
+def session_recall(
+    ranked: Iterable[Iterable[int]], evidence_sessions: Iterable[int], k: int
+) -> float:
+    """Share of the evidence sessions among the top ``k`` distinct sessions of ``ranked``."""
+    wanted = set(evidence_sessions)
+    if not wanted:
+        raise ValueError("a question needs at least one evidence session")
+    return len(wanted & set(distinct_sessions(ranked, k))) / len(wanted)
+
+
+@dataclass
+class SessionScores:
+    """Session-level recall over questions (see ``distinct_sessions``)."""
+
+    n: int = 0
+    recall: dict[int, float] = field(default_factory=lambda: dict.fromkeys(SESSION_KS, 0.0))
+    any_hit: dict[int, float] = field(default_factory=lambda: dict.fromkeys(SESSION_KS, 0.0))
+    # questions whose deep ranking held fewer than k distinct sessions
+    short: dict[int, int] = field(default_factory=lambda: dict.fromkeys(SESSION_KS, 0))
+
+    def add(self, ranked: list[frozenset[int]], evidence: frozenset[int]) -> None:
+        self.n += 1
+        for k in SESSION_KS:
+            top = distinct_sessions(ranked, k)
+            found = evidence & set(top)
+            self.recall[k] += len(found) / len(evidence)
+            self.any_hit[k] += 1.0 if found else 0.0
+            self.short[k] += 1 if len(top) < k else 0
+
+    def merge(self, other: SessionScores) -> None:
+        self.n += other.n
+        for k in SESSION_KS:
+            self.recall[k] += other.recall[k]
+            self.any_hit[k] += other.any_hit[k]
+            self.short[k] += other.short[k]
+
+    def value(self, k: int, metric: str) -> float:
+        table = self.recall if metric == "share" else self.any_hit
+        return table[k] / max(1, self.n)
+
+
 @dataclass
 class Scores:
     n: int = 0
@@ -194,6 +277,7 @@ class Scores:
     any_hit: dict[int, float] = field(default_factory=lambda: dict.fromkeys(KS, 0.0))
     mrr: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)
+    sessions: SessionScores = field(default_factory=SessionScores)
 
     def add(self, ranked: list[frozenset[str]], evidence: frozenset[str]) -> None:
         self.n += 1
@@ -213,6 +297,7 @@ class Scores:
             self.any_hit[k] += other.any_hit[k]
         self.mrr += other.mrr
         self.latencies_ms.extend(other.latencies_ms)
+        self.sessions.merge(other.sessions)
 
     def row(self, metric: str) -> list[str]:
         table = self.recall if metric == "share" else self.any_hit
@@ -228,8 +313,14 @@ def evaluate(
     hybrid: bool,
     store_kw: dict[str, Any],
     depth: int = max(KS),
+    session_depth: int = SESSION_DEPTH,
 ) -> dict[int, Scores]:
-    """Ask every question; returns scores per category (key 0 holds all of them)."""
+    """Ask every question; returns scores per category (key 0 holds all of them).
+
+    Each question is asked twice: with ``k=depth`` for the exchange-level figures (timed, as
+    always) and with ``k=session_depth`` for the session-level ones, so that a ranking which
+    depends on ``k`` cannot change the exchange-level figures. ``session_depth=0`` skips it.
+    """
     kw = dict(store_kw)
     if not hybrid:
         kw["disable_builtin_embedder"] = True
@@ -242,9 +333,18 @@ def evaluate(
             hits = mem.recall(question, k=depth, kinds=["chunk"])
             elapsed = (time.perf_counter() - begin) * 1000
             ranked = [loaded.chunk_dias.get(int(h.id or 0), frozenset()) for h in hits]
+            deep: list[frozenset[int]] = []
+            if session_depth:
+                deep_hits = mem.recall(question, k=session_depth, kinds=["chunk"])
+                deep = [
+                    sessions_of_turns(loaded.chunk_dias.get(int(h.id or 0), frozenset()))
+                    for h in deep_hits
+                ]
             for key in (0, category):
                 scores = by_category.setdefault(key, Scores())
                 scores.add(ranked, evidence)
+                if session_depth:
+                    scores.sessions.add(deep, sessions_of_turns(evidence))
             by_category[0].latencies_ms.append(elapsed)
     return by_category
 
@@ -263,6 +363,49 @@ def print_table(title: str, rows: list[tuple[str, Scores]], metric: str) -> None
     print()
 
 
+def print_category_table(
+    totals: dict[str, dict[int, Scores]], metric: str, session_depth: int
+) -> None:
+    """Exchange- and session-level R@5/R@10 by category, one column group per mode."""
+    header = ["category", "n"]
+    for mode in totals:
+        header += [f"{mode} ex R@5", "ex R@10"]
+        if session_depth:
+            header += ["ses R@5", "ses R@10"]
+    body = []
+    for category in (1, 2, 3, 4, 0):
+        row = [f"{CATEGORY_NAMES[category]} ({category})" if category else "all", "-"]
+        for cats in totals.values():
+            s = cats.get(category, Scores())
+            row[1] = str(s.n)
+            table = s.recall if metric == "share" else s.any_hit
+            row += [f"{table[k] / max(1, s.n):.3f}" for k in (5, 10)]
+            if session_depth:
+                row += [f"{s.sessions.value(k, metric):.3f}" for k in SESSION_KS]
+        body.append(row)
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    print(
+        f"by category, recall@k ({metric}): exchange level (ex, top k chunks of k=10) and "
+        f"session level (ses, top k distinct sessions of k={session_depth})"
+        if session_depth
+        else f"by category, exchange-level recall@k ({metric})"
+    )
+    for r in [header, *body]:
+        print(
+            "  ".join(
+                cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))
+            )
+        )
+    if session_depth:
+        for mode, cats in totals.items():
+            all_ = cats.get(0, Scores())
+            print(
+                f"{mode}: fewer than 10 distinct sessions in the top {session_depth} hits for "
+                f"{all_.sessions.short[10]}/{all_.sessions.n} questions"
+            )
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -276,7 +419,18 @@ def main(argv: list[str] | None = None) -> int:
         default="share",
         help="recall@k: share of evidence turns found (default) or any found",
     )
-    parser.add_argument("--per-category", action="store_true")
+    parser.add_argument(
+        "--per-category",
+        action="store_true",
+        help="also the full exchange-level table (R@1..10, MRR) of each category",
+    )
+    parser.add_argument(
+        "--session-depth",
+        type=int,
+        default=SESSION_DEPTH,
+        metavar="K",
+        help=f"hits asked for the session-level ranking (default {SESSION_DEPTH}; 0: skip it)",
+    )
     parser.add_argument(
         "--speaker-names",
         action="store_true",
@@ -346,7 +500,13 @@ def main(argv: list[str] | None = None) -> int:
                 args.mode
             ]
             for mode in modes:
-                result = evaluate(loaded, questions, hybrid=mode == "hybrid", store_kw=store_kw)
+                result = evaluate(
+                    loaded,
+                    questions,
+                    hybrid=mode == "hybrid",
+                    store_kw=store_kw,
+                    session_depth=args.session_depth,
+                )
                 into = totals.setdefault(mode, {})
                 for category, scores in result.items():
                     into.setdefault(category, Scores()).merge(scores)
@@ -359,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         rows,
         args.metric,
     )
+    print_category_table(totals, args.metric, args.session_depth)
     if args.per_category:
         for mode, cats in totals.items():
             print_table(
@@ -375,6 +536,23 @@ def main(argv: list[str] | None = None) -> int:
                     **{f"recall@{k}": s.recall[k] / max(1, s.n) for k in KS},
                     **{f"any@{k}": s.any_hit[k] / max(1, s.n) for k in KS},
                     "mrr": s.mrr / max(1, s.n),
+                    "category": CATEGORY_NAMES.get(c, str(c)),
+                    **(
+                        {
+                            **{
+                                f"session_recall@{k}": s.sessions.value(k, "share")
+                                for k in SESSION_KS
+                            },
+                            **{f"session_any@{k}": s.sessions.value(k, "any") for k in SESSION_KS},
+                            **{
+                                f"session_short@{k}": s.sessions.short[k] / max(1, s.n)
+                                for k in SESSION_KS
+                            },
+                            "session_depth": args.session_depth,
+                        }
+                        if args.session_depth
+                        else {}
+                    ),
                 }
                 for c, s in cats.items()
             }
