@@ -363,32 +363,28 @@ def print_table(title: str, rows: list[tuple[str, Scores]], metric: str) -> None
     print()
 
 
-def print_category_table(
-    totals: dict[str, dict[int, Scores]], metric: str, session_depth: int
-) -> None:
-    """Exchange- and session-level R@5/R@10 by category, one column group per mode."""
-    header = ["category", "n"]
-    for mode in totals:
-        header += [f"{mode} ex R@5", "ex R@10"]
-        if session_depth:
-            header += ["ses R@5", "ses R@10"]
+def print_category_table(mode: str, cats: dict[int, Scores], metric: str, depth: int) -> None:
+    """One mode's exchange- and session-level R@5/R@10 by category."""
+    header = ["category", "n", "exch R@5", "exch R@10"]
+    if depth:
+        header += ["sess R@5", "sess R@10", "<10 sess"]
     body = []
     for category in (1, 2, 3, 4, 0):
-        row = [f"{CATEGORY_NAMES[category]} ({category})" if category else "all", "-"]
-        for cats in totals.values():
-            s = cats.get(category, Scores())
-            row[1] = str(s.n)
-            table = s.recall if metric == "share" else s.any_hit
-            row += [f"{table[k] / max(1, s.n):.3f}" for k in (5, 10)]
-            if session_depth:
-                row += [f"{s.sessions.value(k, metric):.3f}" for k in SESSION_KS]
+        s = cats.get(category, Scores())
+        table = s.recall if metric == "share" else s.any_hit
+        row = [f"{CATEGORY_NAMES[category]} ({category})" if category else "all", str(s.n)]
+        row += [f"{table[k] / max(1, s.n):.3f}" for k in (5, 10)]
+        if depth:
+            row += [f"{s.sessions.value(k, metric):.3f}" for k in SESSION_KS]
+            row.append(str(s.sessions.short[10]))
         body.append(row)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     print(
-        f"by category, recall@k ({metric}): exchange level (ex, top k chunks of k=10) and "
-        f"session level (ses, top k distinct sessions of k={session_depth})"
-        if session_depth
-        else f"by category, exchange-level recall@k ({metric})"
+        f"{mode} by category, recall@k ({metric}): exch = top k chunks of recall(k=10); "
+        f"sess = top k distinct sessions of recall(k={depth}); "
+        f"<10 sess = questions whose {depth} hits hold fewer than 10 sessions"
+        if depth
+        else f"{mode} by category, exchange-level recall@k ({metric})"
     )
     for r in [header, *body]:
         print(
@@ -396,13 +392,6 @@ def print_category_table(
                 cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))
             )
         )
-    if session_depth:
-        for mode, cats in totals.items():
-            all_ = cats.get(0, Scores())
-            print(
-                f"{mode}: fewer than 10 distinct sessions in the top {session_depth} hits for "
-                f"{all_.sessions.short[10]}/{all_.sessions.n} questions"
-            )
     print()
 
 
@@ -519,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         rows,
         args.metric,
     )
-    print_category_table(totals, args.metric, args.session_depth)
+    for mode, cats in totals.items():
+        print_category_table(mode, cats, args.metric, args.session_depth)
     if args.per_category:
         for mode, cats in totals.items():
             print_table(
