@@ -16,19 +16,21 @@ Figures, at two granularities:
   ``recall(question, k=10)``, averaged over questions (``--metric any`` counts a question as
   found when any evidence turn is); MRR uses the rank of the first chunk holding an evidence
   turn.
-- session level (how MemPalace and basic-memory publish theirs): the same question is asked
-  again with ``k=--session-depth`` (50); the hits are walked in rank order and each hit's
-  LoCoMo session (``D3:5`` -> session 3, from the turns its chunk covers) is kept at its first
-  occurrence only, giving a ranking of distinct sessions. Session recall@k (k = 5, 10) is the
+- session level (the granularity of MemPalace's and basic-memory's published figures): the
+  same question is asked again with ``k=--session-depth`` (50); the hits are walked in rank
+  order and each hit's LoCoMo session (``D3:5`` -> session 3, from the turns its chunk covers)
+  is kept at its first occurrence only, giving a ranking of distinct sessions. Session recall@k (k = 5, 10) is the
   share of the question's evidence sessions among the first k of them. When the deep ranking
   reaches fewer than k distinct sessions, the shorter list is scored as it is (no padding):
-  an evidence session outside it counts as missed; ``short@10`` says how often that happened.
+  an evidence session outside it counts as missed; the tables' ``<10 sess`` column (and
+  ``session_short@k`` in ``--json``) say how often that happened.
 
 Both are given for every category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
 for all of them, in each mode.
 
     python benchmarks/locomo.py                      # keyword-only and hybrid, all 5 dev convs
     python benchmarks/locomo.py --convs conv-26 --per-category
+    python benchmarks/locomo.py --session-depth 0    # exchange level only (one recall each)
     python benchmarks/locomo.py --mode keyword       # no model needed
     python benchmarks/locomo.py --data PATH/locomo_dev.json --workdir /tmp/locomo
 
