@@ -19,9 +19,10 @@ Figures, at two granularities:
 - session level (the granularity of MemPalace's and basic-memory's published figures): the
   same question is asked again with ``k=--session-depth`` (50); the hits are walked in rank
   order and each hit's LoCoMo session (``D3:5`` -> session 3, from the turns its chunk covers)
-  is kept at its first occurrence only, giving a ranking of distinct sessions. Session recall@k (k = 5, 10) is the
-  share of the question's evidence sessions among the first k of them. When the deep ranking
-  reaches fewer than k distinct sessions, the shorter list is scored as it is (no padding):
+  is kept at its first occurrence only, giving a ranking of distinct sessions. Session
+  recall@k (k = 5, 10) is the share of the question's evidence sessions among the first k of
+  them. When the deep ranking reaches fewer than k distinct sessions, the shorter list is
+  scored as it is (no padding):
   an evidence session outside it counts as missed; the tables' ``<10 sess`` column (and
   ``session_short@k`` in ``--json``) say how often that happened.
 
