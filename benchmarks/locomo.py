@@ -22,9 +22,8 @@ Figures, at two granularities:
   is kept at its first occurrence only, giving a ranking of distinct sessions. Session
   recall@k (k = 5, 10) is the share of the question's evidence sessions among the first k of
   them. When the deep ranking reaches fewer than k distinct sessions, the shorter list is
-  scored as it is (no padding):
-  an evidence session outside it counts as missed; the tables' ``<10 sess`` column (and
-  ``session_short@k`` in ``--json``) say how often that happened.
+  scored as it is (no padding): an evidence session outside it counts as missed; the tables'
+  ``<10 sess`` column (and ``session_short@k`` in ``--json``) say how often that happened.
 
 Both are given for every category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop) and
 for all of them, in each mode.
