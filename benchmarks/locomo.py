@@ -379,6 +379,8 @@ def print_category_table(mode: str, cats: dict[int, Scores], metric: str, depth:
         if depth:
             row += [f"{s.sessions.value(k, metric):.3f}" for k in SESSION_KS]
             row.append(str(s.sessions.short[10]))
+        if not s.n:  # no question of this category (a subset of the conversations)
+            row[2:] = ["-"] * (len(row) - 2)
         body.append(row)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     print(
@@ -448,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
+    if args.session_depth < 0:
+        parser.error("--session-depth must be 0 (skip) or a number of hits")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
     if args.passage_context is not None:
