@@ -322,3 +322,25 @@ def test_off_topic_questions_bring_no_fact_by_meaning(builtin_store: Any) -> Non
 def test_the_issue_questions_find_their_fact(builtin_store: Any, question: str, fact: str) -> None:
     mem, _data = builtin_store
     assert fact in fact_texts(mem.recall(question, 5))
+
+
+def test_facts_re_embedded_in_a_new_dimension_are_found_by_a_new_process(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """A host embedder that changed its dimension: once the facts carry vectors of the new
+    one, the dimension on file is the new one too, so the next process searches them."""
+
+    def wider(texts: list[str]) -> list[list[float]]:
+        return [[*v, 0.0, 0.0, 0.0] for v in concept(texts)]
+
+    mem = make_store(embedder=wider)
+    mem.remember("allergies", "peanuts")
+    assert embedded(mem, 1)
+    mem.close()
+    mem = make_store(embedder=concept)  # the same label "host", three dimensions fewer
+    mem.remember("employer", "Acme")  # its embed job re-embeds the older fact too
+    assert embedded(mem, 2)
+    mem.close()
+    mem = make_store(embedder=concept)
+    assert mem.stats()["embedded_facts"] == 2
+    assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]

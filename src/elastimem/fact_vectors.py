@@ -118,7 +118,10 @@ def write(
             (fact_id, label, dim, np.asarray(vector, dtype="<f4").tobytes()),
         )
         written += 1
-    if written and get_meta(conn, f"embedder.{label}.dim") is None:
+    # The dimension written is the active one, as for the chunks (vectors.write_vectors): a
+    # host embedder that changed its dimension leaves it here, or the next process would
+    # search the facts with the old one and find none of those re-embedded since.
+    if written and get_meta(conn, f"embedder.{label}.dim") != str(dim):
         set_meta(conn, f"embedder.{label}.dim", dim)
     return written
 
