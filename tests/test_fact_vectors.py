@@ -344,3 +344,16 @@ def test_facts_re_embedded_in_a_new_dimension_are_found_by_a_new_process(
     mem = make_store(embedder=concept)
     assert mem.stats()["embedded_facts"] == 2
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
+
+
+def test_stats_counts_the_embedded_facts_of_a_store_without_chunks(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """A process with no embedder of its own (the CLI's one-shot commands) counts the
+    vectors on file against their model: the facts' too, when no chunk names it."""
+    mem = make_store(embedder=concept)
+    mem.remember("allergies", "peanuts")
+    assert embedded(mem, 1)
+    mem.close()
+    mem = make_store(disable_builtin_embedder=True)
+    assert mem.stats()["embedded_facts"] == 1

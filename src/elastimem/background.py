@@ -1206,8 +1206,10 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             # one-shot commands): count against the model most vectors on file come from,
             # the built-in one's if it is wired in. Otherwise every vector read as stale.
             pattern = "elastimem:%" if source.builtin is not None else "%"
+            # The facts' vectors count too: a store of remembered facts alone has no chunk.
             row = conn.execute(
-                "SELECT embedding_model FROM chunks WHERE embedding_model LIKE ? "
+                "SELECT embedding_model FROM (SELECT embedding_model FROM chunks UNION ALL "
+                "SELECT embedding_model FROM fact_vectors) WHERE embedding_model LIKE ? "
                 "GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1",
                 (pattern,),
             ).fetchone()
