@@ -211,7 +211,10 @@ def test_reindex_re_embeds_the_facts_of_another_model(
         conn.execute("UPDATE fact_vectors SET embedding_model = 'elastimem:other'")
     conn.close()
     assert mem.stats()["embedded_facts"] == 0
-    assert mem.recall("what am I allergic to?", kinds=["fact"]) == []
+    # Found meanwhile all the same: embedded for the query until one is stored.
+    assert fact_texts(mem.recall("what am I allergic to?", kinds=["fact"])) == [
+        "allergies: peanuts"
+    ]
     mem.reindex()
     assert mem.stats()["embedded_facts"] == 1
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
@@ -357,3 +360,38 @@ def test_stats_counts_the_embedded_facts_of_a_store_without_chunks(
     mem.close()
     mem = make_store(disable_builtin_embedder=True)
     assert mem.stats()["embedded_facts"] == 1
+
+
+def test_a_fact_not_yet_embedded_is_found_by_meaning_at_once(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """Before: remember() then recall() found the fact only by its words until the worker
+    had embedded it (explain still said the vector leg was used); the same after an import
+    of an older export or a migration, until the backfill ran."""
+    import threading
+
+    mem = make_store(embedder=concept)
+    mem.remember("employer", "Acme")
+    assert embedded(mem, 1)
+    busy = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # the worker is busy elsewhere: the embed job waits its turn
+        busy.set()
+        release.wait(30)
+
+    assert mem._services.worker is not None
+    mem._services.worker.submit(hold)
+    try:
+        assert busy.wait(10)
+        mem.remember("allergies", "peanuts")
+        assert mem.stats()["embedded_facts"] == 1  # not embedded yet
+        assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
+        assert fact_texts(mem.recall("what am I allergic to?", since="2999-01-01")) == []
+        context = mem.build_context("any food I am allergic to?")
+        assert context.sections["user_facts"].split("\n")[0] == "- allergies: peanuts"
+        assert mem.stats()["embedded_facts"] == 1  # the worker still embeds and stores it
+    finally:
+        release.set()
+    assert embedded(mem, 2)
+    assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]

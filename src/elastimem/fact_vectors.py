@@ -250,14 +250,21 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
         if dim is None:
             return _no_vectors
         matrix = services.fact_vectors.matrix(conn, label, dim)
+        waiting = _waiting(conn, label, dim) if source.can_embed_passages() else []
 
         def finish() -> list[tuple[int, float]] | None:
-            if matrix.ids.size == 0:
+            if matrix.ids.size == 0 and not waiting:
                 return []  # the leg ran and found nothing: no query vector needed
             vector = _query_vector(services, text, label, QUERY_EMBED_TIMEOUT_SECONDS)
             if vector is None or vector.shape[0] != dim:
                 return None  # no query vector: the ranking runs without this leg
-            return matrix.search(vector, filters, FACT_CANDIDATES)
+            found = matrix.search(vector, filters, FACT_CANDIDATES)
+            extra = _embed_waiting(services, waiting, dim, QUERY_EMBED_TIMEOUT_SECONDS)
+            if extra.ids.size == 0:
+                return found
+            found += extra.search(vector, filters, FACT_CANDIDATES)
+            found.sort(key=lambda hit: (-hit[1], -hit[0]))
+            return found[:FACT_CANDIDATES]
 
         return finish
 
@@ -266,6 +273,52 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
 
 def _no_vectors() -> list[tuple[int, float]]:
     return []
+
+
+# Live facts the worker has not embedded yet (just written, imported from an older export,
+# or stored before v7) are embedded for the query itself, up to this many: without them a
+# fact is found only by its words until the embed job or the backfill has run.
+WAITING_FACTS_LIMIT = 32
+
+
+def _waiting(conn: sqlite3.Connection, label: str, dim: int) -> list[tuple[int, str, str, str]]:
+    """``(id, key, value, valid_from)`` of live facts without a vector of ``label``/``dim``."""
+    return [
+        (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
+        for r in conn.execute(
+            "SELECT f.id, f.key, f.value, f.valid_from FROM facts f WHERE f.invalidated_at "
+            "IS NULL AND f.archived = 0 AND NOT EXISTS (SELECT 1 FROM fact_vectors v "
+            "WHERE v.fact_id = f.id AND v.embedding_model = ? AND v.embedding_dim = ?) "
+            "ORDER BY f.id DESC LIMIT ?",
+            (label, dim, WAITING_FACTS_LIMIT),
+        )
+    ]
+
+
+def _embed_waiting(
+    services: Services, rows: list[tuple[int, str, str, str]], dim: int, timeout: float
+) -> FactMatrix:
+    """The vectors of ``rows`` for this query only (the worker stores them), or none when
+    the embedder fails or answers in another dimension."""
+    if not rows:
+        return _EMPTY
+    source = services.embedding
+    watchdog = services.query_watchdog
+    if watchdog.stuck:
+        return _EMPTY
+    texts = [fact_text(key, value) for _, key, value, _ in rows]
+    try:
+        vectors = watchdog.call(timeout, source.embed_passages, texts, count_failure=False)
+    except Exception as exc:  # a CallTimeout too: the stored vectors still serve
+        logger.debug("embedding facts for a query failed (%s)", type(exc).__name__)
+        return _EMPTY
+    if vectors.shape != (len(rows), dim):
+        return _EMPTY
+    return FactMatrix(
+        np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+        np.array([r[3].encode("ascii", "replace")[:27] for r in rows], _TS_DTYPE),
+        np.asarray(vectors, dtype=np.float32),
+    )
 
 
 def _query_vector(services: Services, text: str, label: str, timeout: float) -> Any:
