@@ -13,7 +13,9 @@ backfill catches anything else. The text embedded is :func:`fact_text`.
 Querying: facts are few (hundreds), so the search is an exact scan over an in-memory
 matrix of the live, unarchived facts' vectors (``FactVectorCache``), reloaded when
 ``meta.facts.stamp`` (any fact change, v5) or ``meta.fact_vectors.stamp`` (any vector
-write or delete, v7) moves, whichever process made the change.
+write or delete, v7) moves, whichever process made the change. Live facts still without a
+vector of the model (up to ``WAITING_FACTS_LIMIT``, listed with the matrix) are embedded for
+the query itself, so a fact is found by meaning before the worker has stored its vector.
 """
 
 from __future__ import annotations
@@ -177,14 +179,18 @@ _EMPTY = FactMatrix(
 
 
 class FactVectorCache:
-    """The live facts' vectors of the active model, kept while both stamps hold."""
+    """The live facts' vectors of the active model, and the live facts still without one
+    (``_waiting``), kept while both stamps hold."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: tuple[object, ...] | None = None
         self._matrix = _EMPTY
+        self._waiting: list[tuple[int, str, str, str]] = []
 
-    def matrix(self, conn: sqlite3.Connection, label: str, dim: int) -> FactMatrix:
+    def matrix(
+        self, conn: sqlite3.Connection, label: str, dim: int
+    ) -> tuple[FactMatrix, list[tuple[int, str, str, str]]]:
         """``conn`` inside one read snapshot."""
         stamps = dict(
             conn.execute(
@@ -195,7 +201,7 @@ class FactVectorCache:
         key = (stamps.get(FACTS_STAMP_KEY), stamps.get(FACT_VECTORS_STAMP_KEY), label, dim)
         with self._lock:
             if key == self._key:
-                return self._matrix
+                return self._matrix, self._waiting
         rows = conn.execute(
             "SELECT f.id, f.valid_from, v.embedding FROM facts f JOIN fact_vectors v "
             "ON v.fact_id = f.id WHERE f.invalidated_at IS NULL AND f.archived = 0 "
@@ -213,13 +219,14 @@ class FactVectorCache:
             )
         else:
             matrix = _EMPTY
+        waiting = _waiting(conn, label, dim)
         with self._lock:
-            self._key, self._matrix = key, matrix
-        return matrix
+            self._key, self._matrix, self._waiting = key, matrix, waiting
+        return matrix, waiting
 
     def clear(self) -> None:
         with self._lock:
-            self._key, self._matrix = None, _EMPTY
+            self._key, self._matrix, self._waiting = None, _EMPTY, []
 
 
 # (conn, filters) -> its finisher, started inside the ranking's read snapshot.
@@ -249,8 +256,9 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
         dim = source.dims.get(label) or active_dim(services, conn, label)
         if dim is None:
             return _no_vectors
-        matrix = services.fact_vectors.matrix(conn, label, dim)
-        waiting = _waiting(conn, label, dim) if source.can_embed_passages() else []
+        matrix, waiting = services.fact_vectors.matrix(conn, label, dim)
+        if not source.can_embed_passages():
+            waiting = []
 
         def finish() -> list[tuple[int, float]] | None:
             if matrix.ids.size == 0 and not waiting:
