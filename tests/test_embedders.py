@@ -962,3 +962,27 @@ def test_close_releases_a_recall_waiting_for_the_loading_model(
     assert released
     assert outcome and (outcome[0] == "not_ready" or isinstance(outcome[0], Exception))
     assert _not_ready_warnings(caplog) == []
+
+
+def test_a_recall_on_the_worker_thread_does_not_wait_for_the_load_queued_behind_it(
+    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+) -> None:
+    """The load runs on the worker: a recall made there (a host callback) must not wait for
+    it, or it would wait out embedder_wait_seconds behind itself."""
+    _lay_out_bge_cache(embedder_env)
+    with elastimem.Elastimem(
+        str(tmp_path / "t.db"), tier_override="full", embedder_wait_seconds=600
+    ) as mem:
+        mem.remember("pet", "a border collie called Juniper")
+        done = threading.Event()
+        outcome: list[str] = []
+
+        def on_the_worker() -> None:
+            outcome.append(mem.explain("which pet do I have").vector_leg)
+            done.set()
+
+        assert mem._services.worker is not None
+        mem._services.worker.submit(on_the_worker)
+        assert done.wait(60)
+        assert outcome == ["not_ready"] or outcome == ["used"]  # "used": loaded before it ran
+        assert mem.recall("which pet do I have")  # and the store still answers afterwards
