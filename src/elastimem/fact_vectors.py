@@ -187,6 +187,9 @@ class FactVectorCache:
         self._key: tuple[object, ...] | None = None
         self._matrix = _EMPTY
         self._waiting: list[tuple[int, str, str, str]] = []
+        # Vectors made for queries of facts still waiting, by (label, dim, id, text): a store
+        # the worker cannot write to (read-only) embeds them once, not at every recall.
+        self._inline: dict[tuple[str, int, int, str], np.ndarray] = {}
 
     def matrix(
         self, conn: sqlite3.Connection, label: str, dim: int
@@ -220,13 +223,25 @@ class FactVectorCache:
         else:
             matrix = _EMPTY
         waiting = _waiting(conn, label, dim)
+        wanted = {(label, dim, r[0], fact_text(r[1], r[2])) for r in waiting}
         with self._lock:
             self._key, self._matrix, self._waiting = key, matrix, waiting
+            self._inline = {k: v for k, v in self._inline.items() if k in wanted}
         return matrix, waiting
+
+    def inline(self, label: str, dim: int, fact_id: int, text: str) -> np.ndarray | None:
+        with self._lock:
+            return self._inline.get((label, dim, fact_id, text))
+
+    def keep_inline(self, label: str, dim: int, fact_id: int, text: str, vector: Any) -> None:
+        with self._lock:
+            if len(self._inline) < 4 * WAITING_FACTS_LIMIT:
+                self._inline[(label, dim, fact_id, text)] = vector
 
     def clear(self) -> None:
         with self._lock:
             self._key, self._matrix, self._waiting = None, _EMPTY, []
+            self._inline = {}
 
 
 # (conn, filters) -> its finisher, started inside the ranking's read snapshot.
@@ -267,7 +282,7 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
             if vector is None or vector.shape[0] != dim:
                 return None  # no query vector: the ranking runs without this leg
             found = matrix.search(vector, filters, FACT_CANDIDATES)
-            extra = _embed_waiting(services, waiting, dim, QUERY_EMBED_TIMEOUT_SECONDS)
+            extra = _embed_waiting(services, waiting, label, dim, QUERY_EMBED_TIMEOUT_SECONDS)
             if extra.ids.size == 0:
                 return found
             found += extra.search(vector, filters, FACT_CANDIDATES)
@@ -304,28 +319,43 @@ def _waiting(conn: sqlite3.Connection, label: str, dim: int) -> list[tuple[int, 
 
 
 def _embed_waiting(
-    services: Services, rows: list[tuple[int, str, str, str]], dim: int, timeout: float
+    services: Services,
+    rows: list[tuple[int, str, str, str]],
+    label: str,
+    dim: int,
+    timeout: float,
 ) -> FactMatrix:
-    """The vectors of ``rows`` for this query only (the worker stores them), or none when
-    the embedder fails or answers in another dimension."""
+    """The vectors of ``rows`` for this query (the worker stores them; until then they are
+    kept in memory), or none when the embedder fails or answers in another dimension."""
     if not rows:
         return _EMPTY
-    source = services.embedding
-    watchdog = services.query_watchdog
-    if watchdog.stuck:
-        return _EMPTY
+    cache = services.fact_vectors
     texts = [fact_text(key, value) for _, key, value, _ in rows]
-    try:
-        vectors = watchdog.call(timeout, source.embed_passages, texts, count_failure=False)
-    except Exception as exc:  # a CallTimeout too: the stored vectors still serve
-        logger.debug("embedding facts for a query failed (%s)", type(exc).__name__)
-        return _EMPTY
-    if vectors.shape != (len(rows), dim):
-        return _EMPTY
+    vectors: list[Any] = [cache.inline(label, dim, r[0], t) for r, t in zip(rows, texts)]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:
+        watchdog = services.query_watchdog
+        if watchdog.stuck:
+            return _EMPTY
+        try:
+            made = watchdog.call(
+                timeout,
+                services.embedding.embed_passages,
+                [texts[i] for i in missing],
+                count_failure=False,
+            )
+        except Exception as exc:  # a CallTimeout too: the stored vectors still serve
+            logger.debug("embedding facts for a query failed (%s)", type(exc).__name__)
+            return _EMPTY
+        if made.shape != (len(missing), dim):
+            return _EMPTY
+        for i, vector in zip(missing, made, strict=True):
+            vectors[i] = vector
+            cache.keep_inline(label, dim, rows[i][0], texts[i], vector)
     return FactMatrix(
         np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
         np.array([r[3].encode("ascii", "replace")[:27] for r in rows], _TS_DTYPE),
-        np.asarray(vectors, dtype=np.float32),
+        np.asarray(np.stack(vectors), dtype=np.float32),
     )
 
 
