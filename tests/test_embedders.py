@@ -44,6 +44,8 @@ from elastimem.embedders import (
     to_unit_vector,
     vector_to_blob,
 )
+from elastimem.errors import ClosedError
+from tests.conftest import wait_until
 
 # Every module the built-in loader may import; setting one to None in sys.modules makes
 # its import raise ImportError, which is how a missing extra looks.
@@ -920,3 +922,67 @@ def test_embedder_wait_seconds_is_validated(bad: object) -> None:
         elastimem.ElastimemConfig(embedder_wait_seconds=bad)  # type: ignore[arg-type]
     assert elastimem.ElastimemConfig(embedder_wait_seconds=0).embedder_wait_seconds == 0.0
     assert elastimem.ElastimemConfig().embedder_wait_seconds == 10.0
+
+
+def test_close_releases_a_recall_waiting_for_the_loading_model(
+    fake_fastembed: type[_FakeTextEmbedding],
+    embedder_env: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: close() left a recall waiting for the whole embedder_wait_seconds (and then
+    it warned that the model was still loading) although the store was going away."""
+    _lay_out_bge_cache(embedder_env)
+    loaded = threading.Event()
+    fake_fastembed.loaded_when = loaded
+    mem = elastimem.Elastimem(
+        str(tmp_path / "c.db"), tier_override="full", embedder_wait_seconds=600
+    )
+    mem.remember("pet", "a border collie called Juniper")
+    outcome: list[object] = []
+
+    def ask() -> None:
+        try:
+            outcome.append(mem.explain("which pet do I have").vector_leg)
+        except ClosedError as exc:
+            outcome.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    assert wait_until(lambda: mem.stats()["embedder"] == "loading", 30)
+    closer = threading.Thread(target=mem.close)
+    closer.start()
+    try:
+        asker.join(20)
+        released = not asker.is_alive()  # while the model is still loading
+    finally:
+        loaded.set()
+        closer.join(60)
+        asker.join(60)
+    assert released
+    assert outcome and (outcome[0] == "not_ready" or isinstance(outcome[0], Exception))
+    assert _not_ready_warnings(caplog) == []
+
+
+def test_a_recall_on_the_worker_thread_does_not_wait_for_the_load_queued_behind_it(
+    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+) -> None:
+    """The load runs on the worker: a recall made there (a host callback) must not wait for
+    it, or it would wait out embedder_wait_seconds behind itself."""
+    _lay_out_bge_cache(embedder_env)
+    with elastimem.Elastimem(
+        str(tmp_path / "t.db"), tier_override="full", embedder_wait_seconds=600
+    ) as mem:
+        mem.remember("pet", "a border collie called Juniper")
+        done = threading.Event()
+        outcome: list[str] = []
+
+        def on_the_worker() -> None:
+            outcome.append(mem.explain("which pet do I have").vector_leg)
+            done.set()
+
+        assert mem._services.worker is not None
+        mem._services.worker.submit(on_the_worker)
+        assert done.wait(60)
+        assert outcome == ["not_ready"] or outcome == ["used"]  # "used": loaded before it ran
+        assert mem.recall("which pet do I have")  # and the store still answers afterwards

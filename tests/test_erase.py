@@ -16,7 +16,7 @@ from elastimem import ConfigError
 from elastimem.clock import now_ts
 from elastimem.portability import ERASE_COUNT_KEYS
 
-from .conftest import HashEmbedder
+from .conftest import HashEmbedder, wait_until
 
 # Lowercase ASCII with no suffix the porter stemmer would strip, so the FTS term, the stored
 # text and the raw bytes all carry exactly this string.
@@ -468,3 +468,67 @@ def test_erase_leaves_no_copy_after_a_busy_workload(
     assert mem.drain(20)
     assert mem.erase(session_id=sid, include_facts=True)["facts"] == 2
     assert raw_hits(mem.path) in ({"db": 0}, {"db": 0, "-wal": 0})
+
+
+class DenseEmbedder:
+    """Dense, distinct vectors (every component set), so a vector's bytes are findable in
+    the raw file: the bag-of-words double's vectors are mostly zero bytes."""
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        import hashlib
+
+        import numpy as np
+
+        rows = []
+        for text in texts:
+            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            vector = np.random.default_rng(seed).standard_normal(32)
+            rows.append((vector / np.linalg.norm(vector)).tolist())
+        return rows
+
+
+def vector_hits(path: str | Path, blobs: dict[str, bytes]) -> dict[str, list[str]]:
+    """Which of the vectors (by name) the file and its -wal hold, as raw bytes."""
+    found: dict[str, list[str]] = {}
+    for suffix in ("", "-wal"):
+        try:
+            data = Path(str(path) + suffix).read_bytes()
+        except FileNotFoundError:
+            continue
+        found[suffix or "db"] = sorted(name for name, blob in blobs.items() if blob in data)
+    return found
+
+
+def test_erase_leaves_no_fact_vector_in_the_file_or_its_wal(make_store: Factory) -> None:
+    mem = make_store(embedder=DenseEmbedder())
+    mem.remember("secret_word", MARKER)
+    mem.remember("favorite_color", "teal")
+    mem.begin_session()
+    mem.record_turn("I'm allergic to peanuts.", "Noted.")
+    session_id = mem.sessions(1)[0]["id"]
+    mem.end_session()
+
+    def embedded() -> bool:
+        mem.drain(0.2)
+        return bool(mem.stats()["embedded_facts"] == 3)
+
+    assert wait_until(embedded, 20)
+    with mem._db.read() as conn:
+        blobs = {
+            str(r[0]): bytes(r[1])
+            for r in conn.execute(
+                "SELECT f.key, v.embedding FROM fact_vectors v JOIN facts f ON f.id = v.fact_id"
+            )
+        }
+    assert sorted(blobs) == ["allergies", "favorite_color", "secret_word"]
+    mem._db.checkpoint("TRUNCATE")
+    assert vector_hits(mem.path, blobs)["db"] == sorted(blobs)  # findable before the erase
+    assert mem.erase(key="secret_word")["vectors"] == 1
+    assert mem.erase(session_id=session_id, include_facts=True)["vectors"] >= 1
+    assert vector_hits(mem.path, blobs) in (
+        {"db": ["favorite_color"]},
+        {"db": ["favorite_color"], "-wal": []},
+    )
+    path = mem.path
+    mem.close()
+    assert vector_hits(path, blobs) == {"db": ["favorite_color"]}

@@ -211,7 +211,10 @@ def test_reindex_re_embeds_the_facts_of_another_model(
         conn.execute("UPDATE fact_vectors SET embedding_model = 'elastimem:other'")
     conn.close()
     assert mem.stats()["embedded_facts"] == 0
-    assert mem.recall("what am I allergic to?", kinds=["fact"]) == []
+    # Found meanwhile all the same: embedded for the query until one is stored.
+    assert fact_texts(mem.recall("what am I allergic to?", kinds=["fact"])) == [
+        "allergies: peanuts"
+    ]
     mem.reindex()
     assert mem.stats()["embedded_facts"] == 1
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
@@ -322,3 +325,76 @@ def test_off_topic_questions_bring_no_fact_by_meaning(builtin_store: Any) -> Non
 def test_the_issue_questions_find_their_fact(builtin_store: Any, question: str, fact: str) -> None:
     mem, _data = builtin_store
     assert fact in fact_texts(mem.recall(question, 5))
+
+
+def test_facts_re_embedded_in_a_new_dimension_are_found_by_a_new_process(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """A host embedder that changed its dimension: once the facts carry vectors of the new
+    one, the dimension on file is the new one too, so the next process searches them."""
+
+    def wider(texts: list[str]) -> list[list[float]]:
+        return [[*v, 0.0, 0.0, 0.0] for v in concept(texts)]
+
+    mem = make_store(embedder=wider)
+    mem.remember("allergies", "peanuts")
+    assert embedded(mem, 1)
+    mem.close()
+    mem = make_store(embedder=concept)  # the same label "host", three dimensions fewer
+    mem.remember("employer", "Acme")  # its embed job re-embeds the older fact too
+    assert embedded(mem, 2)
+    mem.close()
+    mem = make_store(embedder=concept)
+    assert mem.stats()["embedded_facts"] == 2
+    assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
+
+
+def test_stats_counts_the_embedded_facts_of_a_store_without_chunks(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """A process with no embedder of its own (the CLI's one-shot commands) counts the
+    vectors on file against their model: the facts' too, when no chunk names it."""
+    mem = make_store(embedder=concept)
+    mem.remember("allergies", "peanuts")
+    assert embedded(mem, 1)
+    mem.close()
+    mem = make_store(disable_builtin_embedder=True)
+    assert mem.stats()["embedded_facts"] == 1
+
+
+def test_a_fact_not_yet_embedded_is_found_by_meaning_at_once(
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
+) -> None:
+    """Before: remember() then recall() found the fact only by its words until the worker
+    had embedded it (explain still said the vector leg was used); the same after an import
+    of an older export or a migration, until the backfill ran."""
+    import threading
+
+    mem = make_store(embedder=concept)
+    mem.remember("employer", "Acme")
+    assert embedded(mem, 1)
+    busy = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:  # the worker is busy elsewhere: the embed job waits its turn
+        busy.set()
+        release.wait(30)
+
+    assert mem._services.worker is not None
+    mem._services.worker.submit(hold)
+    try:
+        assert busy.wait(10)
+        mem.remember("allergies", "peanuts")
+        assert mem.stats()["embedded_facts"] == 1  # not embedded yet
+        assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
+        assert fact_texts(mem.recall("what am I allergic to?", since="2999-01-01")) == []
+        context = mem.build_context("any food I am allergic to?")
+        assert context.sections["user_facts"].split("\n")[0] == "- allergies: peanuts"
+        assert mem.stats()["embedded_facts"] == 1  # the worker still embeds and stores it
+        # Embedded once for all three queries (a read-only store would otherwise pay the
+        # embedder at every recall).
+        assert sum("my allergies is peanuts" in call for call in concept.calls) == 1
+    finally:
+        release.set()
+    assert embedded(mem, 2)
+    assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]

@@ -551,6 +551,29 @@ def test_an_import_with_a_vector_that_is_not_unit_is_refused(
     assert target.stats()["chunks"] == 0
 
 
+@pytest.mark.parametrize("scale", [float("nan"), 1000.0])
+def test_an_import_with_a_fact_vector_that_is_not_unit_is_refused_and_named(
+    rich: elastimem.Elastimem, make_store: Any, tmp_path: Path, scale: float
+) -> None:
+    """Fact vectors are checked like chunk vectors, and the refusal names what it checked."""
+    assert rich.drain(10) and rich.stats()["embedded_facts"] > 0
+    lines = export_lines(rich)
+    for i, line in enumerate(lines):
+        obj = json.loads(line)
+        if obj.get("table") == "fact_vectors":
+            vector = np.frombuffer(base64.b64decode(obj["row"]["embedding"]), "<f4") * scale
+            obj["row"]["embedding"] = base64.b64encode(vector.astype("<f4").tobytes()).decode()
+            lines[i] = json.dumps(obj) + "\n"
+            bad_line = i + 1
+            break
+    target = make_store(tmp_path / "target.db")
+    with pytest.raises(
+        ImportFormatError, match=rf"line {bad_line} .*a fact vector .*not a finite unit vector"
+    ):
+        target.import_(io.BytesIO("".join(lines).encode()))
+    assert target.stats()["facts"] == 0
+
+
 def test_bad_arguments(mem: elastimem.Elastimem, tmp_path: Path) -> None:
     with pytest.raises(ImportFormatError, match="cannot read"):
         mem.import_(tmp_path / "missing.jsonl")

@@ -91,6 +91,8 @@ class Services:
     live_facts: semantic.LiveFactsCache = field(default_factory=semantic.LiveFactsCache)
     fact_vectors: fact_vectors.FactVectorCache = field(default_factory=fact_vectors.FactVectorCache)
     warned: set[str] = field(default_factory=set)
+    # Set by close() first thing: a recall waiting for the model stops waiting (vector_gate).
+    closing: bool = False
 
     def warn_once(self, kind: str, message: str, *args: object) -> None:
         """A warning that could repeat is logged once per instance, then at debug level."""
@@ -577,11 +579,13 @@ def vector_gate(services: Services, profile: MemoryProfile) -> str:
     if worker.is_worker_thread:
         return "not_ready"  # the load is queued behind this very call: waiting would hang
     wait = services.config().embedder_wait_seconds
-    state = builtin.wait(wait)
+    state = builtin.wait(wait, stop=lambda: services.closing)
     if state == "ready":
         return "ready"
     if state == "failed":
         return "failed"
+    if services.closing:
+        return "not_ready"  # close() ended the wait: the store is going away
     services.warn_once(
         "embedder_not_ready",
         "the built-in embedder was still loading after %.1f s (embedder_wait_seconds), so "
@@ -1202,8 +1206,10 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             # one-shot commands): count against the model most vectors on file come from,
             # the built-in one's if it is wired in. Otherwise every vector read as stale.
             pattern = "elastimem:%" if source.builtin is not None else "%"
+            # The facts' vectors count too: a store of remembered facts alone has no chunk.
             row = conn.execute(
-                "SELECT embedding_model FROM chunks WHERE embedding_model LIKE ? "
+                "SELECT embedding_model FROM (SELECT embedding_model FROM chunks UNION ALL "
+                "SELECT embedding_model FROM fact_vectors) WHERE embedding_model LIKE ? "
                 "GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1",
                 (pattern,),
             ).fetchone()

@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -514,19 +514,27 @@ class BuiltinEmbedder:
             self._state_value = value
             self._changed.notify_all()
 
-    def wait(self, timeout: float) -> EmbedderState:
+    def wait(self, timeout: float, stop: Callable[[], bool] | None = None) -> EmbedderState:
         """Wait up to ``timeout`` seconds for the model to be ready or failed; the state then.
 
         For a caller that asked the worker to load it: a load still queued counts as coming.
+        ``stop`` ends the wait early once true (checked now and at each :meth:`wake`).
         """
         deadline = time.monotonic() + max(0.0, timeout)
         with self._changed:
             while self._state_value not in ("ready", "failed"):
+                if stop is not None and stop():
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._changed.wait(remaining)
             return self._state_value
+
+    def wake(self) -> None:
+        """Have every :meth:`wait` check its ``stop`` again (a store closing)."""
+        with self._changed:
+            self._changed.notify_all()
 
     @property
     def label(self) -> str | None:

@@ -13,7 +13,9 @@ backfill catches anything else. The text embedded is :func:`fact_text`.
 Querying: facts are few (hundreds), so the search is an exact scan over an in-memory
 matrix of the live, unarchived facts' vectors (``FactVectorCache``), reloaded when
 ``meta.facts.stamp`` (any fact change, v5) or ``meta.fact_vectors.stamp`` (any vector
-write or delete, v7) moves, whichever process made the change.
+write or delete, v7) moves, whichever process made the change. Live facts still without a
+vector of the model (up to ``WAITING_FACTS_LIMIT``, listed with the matrix) are embedded for
+the query itself, so a fact is found by meaning before the worker has stored its vector.
 """
 
 from __future__ import annotations
@@ -118,7 +120,10 @@ def write(
             (fact_id, label, dim, np.asarray(vector, dtype="<f4").tobytes()),
         )
         written += 1
-    if written and get_meta(conn, f"embedder.{label}.dim") is None:
+    # The dimension written is the active one, as for the chunks (vectors.write_vectors): a
+    # host embedder that changed its dimension leaves it here, or the next process would
+    # search the facts with the old one and find none of those re-embedded since.
+    if written and get_meta(conn, f"embedder.{label}.dim") != str(dim):
         set_meta(conn, f"embedder.{label}.dim", dim)
     return written
 
@@ -174,14 +179,21 @@ _EMPTY = FactMatrix(
 
 
 class FactVectorCache:
-    """The live facts' vectors of the active model, kept while both stamps hold."""
+    """The live facts' vectors of the active model, and the live facts still without one
+    (``_waiting``), kept while both stamps hold."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: tuple[object, ...] | None = None
         self._matrix = _EMPTY
+        self._waiting: list[tuple[int, str, str, str]] = []
+        # Vectors made for queries of facts still waiting, by (label, dim, id, text): a store
+        # the worker cannot write to (read-only) embeds them once, not at every recall.
+        self._inline: dict[tuple[str, int, int, str], np.ndarray] = {}
 
-    def matrix(self, conn: sqlite3.Connection, label: str, dim: int) -> FactMatrix:
+    def matrix(
+        self, conn: sqlite3.Connection, label: str, dim: int
+    ) -> tuple[FactMatrix, list[tuple[int, str, str, str]]]:
         """``conn`` inside one read snapshot."""
         stamps = dict(
             conn.execute(
@@ -192,7 +204,7 @@ class FactVectorCache:
         key = (stamps.get(FACTS_STAMP_KEY), stamps.get(FACT_VECTORS_STAMP_KEY), label, dim)
         with self._lock:
             if key == self._key:
-                return self._matrix
+                return self._matrix, self._waiting
         rows = conn.execute(
             "SELECT f.id, f.valid_from, v.embedding FROM facts f JOIN fact_vectors v "
             "ON v.fact_id = f.id WHERE f.invalidated_at IS NULL AND f.archived = 0 "
@@ -210,13 +222,26 @@ class FactVectorCache:
             )
         else:
             matrix = _EMPTY
+        waiting = _waiting(conn, label, dim)
+        wanted = {(label, dim, r[0], fact_text(r[1], r[2])) for r in waiting}
         with self._lock:
-            self._key, self._matrix = key, matrix
-        return matrix
+            self._key, self._matrix, self._waiting = key, matrix, waiting
+            self._inline = {k: v for k, v in self._inline.items() if k in wanted}
+        return matrix, waiting
+
+    def inline(self, label: str, dim: int, fact_id: int, text: str) -> np.ndarray | None:
+        with self._lock:
+            return self._inline.get((label, dim, fact_id, text))
+
+    def keep_inline(self, label: str, dim: int, fact_id: int, text: str, vector: Any) -> None:
+        with self._lock:
+            if len(self._inline) < 4 * WAITING_FACTS_LIMIT:
+                self._inline[(label, dim, fact_id, text)] = vector
 
     def clear(self) -> None:
         with self._lock:
-            self._key, self._matrix = None, _EMPTY
+            self._key, self._matrix, self._waiting = None, _EMPTY, []
+            self._inline = {}
 
 
 # (conn, filters) -> its finisher, started inside the ranking's read snapshot.
@@ -246,15 +271,23 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
         dim = source.dims.get(label) or active_dim(services, conn, label)
         if dim is None:
             return _no_vectors
-        matrix = services.fact_vectors.matrix(conn, label, dim)
+        matrix, waiting = services.fact_vectors.matrix(conn, label, dim)
+        if not source.can_embed_passages():
+            waiting = []
 
         def finish() -> list[tuple[int, float]] | None:
-            if matrix.ids.size == 0:
+            if matrix.ids.size == 0 and not waiting:
                 return []  # the leg ran and found nothing: no query vector needed
             vector = _query_vector(services, text, label, QUERY_EMBED_TIMEOUT_SECONDS)
             if vector is None or vector.shape[0] != dim:
                 return None  # no query vector: the ranking runs without this leg
-            return matrix.search(vector, filters, FACT_CANDIDATES)
+            found = matrix.search(vector, filters, FACT_CANDIDATES)
+            extra = _embed_waiting(services, waiting, label, dim, QUERY_EMBED_TIMEOUT_SECONDS)
+            if extra.ids.size == 0:
+                return found
+            found += extra.search(vector, filters, FACT_CANDIDATES)
+            found.sort(key=lambda hit: (-hit[1], -hit[0]))
+            return found[:FACT_CANDIDATES]
 
         return finish
 
@@ -263,6 +296,67 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
 
 def _no_vectors() -> list[tuple[int, float]]:
     return []
+
+
+# Live facts the worker has not embedded yet (just written, imported from an older export,
+# or stored before v7) are embedded for the query itself, up to this many: without them a
+# fact is found only by its words until the embed job or the backfill has run.
+WAITING_FACTS_LIMIT = 32
+
+
+def _waiting(conn: sqlite3.Connection, label: str, dim: int) -> list[tuple[int, str, str, str]]:
+    """``(id, key, value, valid_from)`` of live facts without a vector of ``label``/``dim``."""
+    return [
+        (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
+        for r in conn.execute(
+            "SELECT f.id, f.key, f.value, f.valid_from FROM facts f WHERE f.invalidated_at "
+            "IS NULL AND f.archived = 0 AND NOT EXISTS (SELECT 1 FROM fact_vectors v "
+            "WHERE v.fact_id = f.id AND v.embedding_model = ? AND v.embedding_dim = ?) "
+            "ORDER BY f.id DESC LIMIT ?",
+            (label, dim, WAITING_FACTS_LIMIT),
+        )
+    ]
+
+
+def _embed_waiting(
+    services: Services,
+    rows: list[tuple[int, str, str, str]],
+    label: str,
+    dim: int,
+    timeout: float,
+) -> FactMatrix:
+    """The vectors of ``rows`` for this query (the worker stores them; until then they are
+    kept in memory), or none when the embedder fails or answers in another dimension."""
+    if not rows:
+        return _EMPTY
+    cache = services.fact_vectors
+    texts = [fact_text(key, value) for _, key, value, _ in rows]
+    vectors: list[Any] = [cache.inline(label, dim, r[0], t) for r, t in zip(rows, texts)]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:
+        watchdog = services.query_watchdog
+        if watchdog.stuck:
+            return _EMPTY
+        try:
+            made = watchdog.call(
+                timeout,
+                services.embedding.embed_passages,
+                [texts[i] for i in missing],
+                count_failure=False,
+            )
+        except Exception as exc:  # a CallTimeout too: the stored vectors still serve
+            logger.debug("embedding facts for a query failed (%s)", type(exc).__name__)
+            return _EMPTY
+        if made.shape != (len(missing), dim):
+            return _EMPTY
+        for i, vector in zip(missing, made, strict=True):
+            vectors[i] = vector
+            cache.keep_inline(label, dim, rows[i][0], texts[i], vector)
+    return FactMatrix(
+        np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+        np.array([r[3].encode("ascii", "replace")[:27] for r in rows], _TS_DTYPE),
+        np.asarray(np.stack(vectors), dtype=np.float32),
+    )
 
 
 def _query_vector(services: Services, text: str, label: str, timeout: float) -> Any:

@@ -620,7 +620,7 @@ class _Importer:
             except sqlite3.IntegrityError as exc:
                 raise _bad(line_no, f"cannot be stored in {table} ({exc})") from exc
             if table in ("chunks", "fact_vectors"):
-                self._check_vector(line_no, row, values[names.index("embedding")]
+                self._check_vector(line_no, table, row, values[names.index("embedding")]
                                    if "embedding" in names else None)  # fmt: skip
                 seq = row.get("embed_seq")
                 if isinstance(seq, int) and not isinstance(seq, bool):
@@ -628,20 +628,23 @@ class _Importer:
         self.counts[table] += 1
         self.rows += 1
 
-    def _check_vector(self, line_no: int, row: dict[str, Any], blob: bytes | None) -> None:
+    def _check_vector(
+        self, line_no: int, table: str, row: dict[str, Any], blob: bytes | None
+    ) -> None:
         # A vector whose length disagrees with its dimension would break every vector search
         # of its label later; refuse it here, where the line number is known.
         if blob is None:
             return
+        what = "a fact vector" if table == "fact_vectors" else "a chunk vector"
         dim = row.get("embedding_dim")
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0 or len(blob) != 4 * dim:
-            raise _bad(line_no, f"has a chunk vector of {len(blob)} bytes that does not match "
+            raise _bad(line_no, f"has {what} of {len(blob)} bytes that does not match "
                                 f"embedding_dim {dim!r} (4 bytes per dimension)")  # fmt: skip
         # Every stored vector is a finite unit vector (§4.4): one NaN or a stray scale
         # skewed every search of its label (HNSW scored every chunk 0 with a NaN row).
         norm = float(np.linalg.norm(np.frombuffer(blob, dtype="<f4").astype(np.float64)))
         if not math.isfinite(norm) or abs(norm - 1.0) > UNIT_NORM_TOLERANCE:
-            raise _bad(line_no, f"has a chunk vector of length {norm:.6g}, not a finite unit "
+            raise _bad(line_no, f"has {what} of length {norm:.6g}, not a finite unit "
                                 "vector as elastimem writes them")  # fmt: skip
 
     def _meta(self, line_no: int, row: dict[str, Any]) -> None:

@@ -900,6 +900,11 @@ class Elastimem:
         if self._closed or self._closing:
             return
         self._closing = True
+        # A recall waiting for the built-in model to load would wait out its
+        # embedder_wait_seconds although the store is going away: release it now.
+        self._services.closing = True
+        if self._services.embedding.builtin is not None:
+            self._services.embedding.builtin.wake()
         # Instances of one process on one file share their jobs (§5.11): while another is
         # open, it runs them, so this one neither drains nor gives them away. Counted out
         # first, so of two instances closing at once one is the last and hands them over.
