@@ -385,3 +385,57 @@ def test_query_terms_properties(query: str) -> None:
         for word in words:
             if len(word) == 1 and word.isdigit():
                 assert word in terms
+
+
+def test_a_when_question_prefers_the_exchange_that_says_when(make_store: Any) -> None:
+    mem = make_store()
+    mem.record_turn("Ana went to Lisbon in May", "Nice.")
+    mem.record_turn("Ana showed me her Lisbon photos", "Nice.")
+    # Not asking when: the later exchange, as good a match, comes first.
+    assert "photos" in mem.recall("Did Ana go to Lisbon?", 2)[0].text
+    # Asking when: the exchange that says when comes first (retrieval.TIME_MENTION_BONUS).
+    assert "in May" in mem.recall("When did Ana go to Lisbon?", 2)[0].text
+    assert "in May" in mem.recall("What year did Ana go to Lisbon?", 2)[0].text
+
+
+class TopicEmbedder:
+    """Vectors by topic word: 'paddle' reads like 'kayak', 'garden' does not."""
+
+    TABLE = {
+        "kayak": [0.9, 0.0, 0.436],  # the question reads [0, 0, 1]
+        "paddle": [0.95, 0.0, 0.312],
+        "garden": [0.0, 0.95, 0.312],  # as close to the question as the paddle
+    }
+
+    def vector(self, text: str) -> list[float]:
+        first = text.casefold().split("\n", 1)[0]
+        for word, vector in self.TABLE.items():
+            if word in first:
+                return vector
+        return [0.0, 0.0, 1.0]
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+
+def test_feedback_lifts_the_exchange_that_reads_like_the_best_hits(make_store: Any) -> None:
+    mem = make_store(embedder=TopicEmbedder())
+    for user in (
+        "Mia took her kayak out on Saturday",
+        "Mia packed the kayak on Saturday",
+        "Mia oiled the paddle",
+        "Mia tidied the garden",
+    ):
+        mem.begin_session()  # one session each: no neighbour shares
+        mem.record_turn(user, "Nice.")
+        mem.end_session()
+    assert mem.drain(10)
+    texts = [h.text.split("\n")[0] for h in mem.recall("What does Mia do on Saturday?", 4)]
+    assert texts[:2] == [
+        "User: Mia packed the kayak on Saturday",
+        "User: Mia took her kayak out on Saturday",
+    ]
+    # The paddle and garden exchanges match the question alike (one word, the same cosine);
+    # the paddle one reads like the best hits, so the feedback puts it first (the garden
+    # one, recorded later, came first before: retrieval.FEEDBACK_WEIGHT).
+    assert texts[2:] == ["User: Mia oiled the paddle", "User: Mia tidied the garden"]
