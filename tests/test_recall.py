@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
+from elastimem import retrieval
 from elastimem import text as text_module
 
 
@@ -396,6 +397,10 @@ def test_a_when_question_prefers_the_exchange_that_says_when(make_store: Any) ->
     # Asking when: the exchange that says when comes first (retrieval.TIME_MENTION_BONUS).
     assert "in May" in mem.recall("When did Ana go to Lisbon?", 2)[0].text
     assert "in May" in mem.recall("What year did Ana go to Lisbon?", 2)[0].text
+    explained = mem.explain("When did Ana go to Lisbon?", 2)
+    by_id = {b.chunk_id: b.time_bonus for b in explained.chunk_breakdowns}
+    bonus = {h.text.split(" ")[2]: by_id[h.id] for h in explained.hits}
+    assert bonus == {"went": pytest.approx(retrieval.TIME_MENTION_BONUS), "showed": 0.0}
 
 
 class TopicEmbedder:

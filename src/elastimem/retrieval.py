@@ -343,6 +343,8 @@ class _Candidate:
     total: float = 0.0
     importance: float = 0.5
     neighbour: float = 0.0
+    feedback: float = 0.0
+    time_bonus: float = 0.0
     text: str = ""
     created_at: str = ""
     session_id: int | None = None
@@ -384,6 +386,8 @@ def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
         graph_matched_names=c.names,
         total=c.total,
         neighbour=c.neighbour,
+        feedback=c.feedback,
+        time_bonus=c.time_bonus,
     )
 
 
@@ -777,8 +781,10 @@ def _rank_chunks(
             continue
         fused[cid] = relevance
         kept.append((cid, session_id, created_at, importance))
+    plain = dict(fused)
     if found and fused:
         _add_feedback(conn, fused, weight_sum)
+    fed = dict(fused)
     if legs.asks_when and fused:
         _add_time_bonus(conn, fused)
     # The neighbour term: who lends and who may receive (see NEIGHBOUR_MIN_COSINE).
@@ -819,6 +825,8 @@ def _rank_chunks(
             importance=importance,
         )
         cand.neighbour = weights.neighbour * best_neighbour.get(cid, 0.0)
+        cand.feedback = fed[cid] - plain[cid]
+        cand.time_bonus = fused[cid] - fed[cid]
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
