@@ -53,10 +53,8 @@ class ChunkScoreBreakdown:
     # The neighbouring-exchange term, already counted inside ``fused_relevance``; last and
     # defaulted so positional construction from before it existed keeps working.
     neighbour: float = 0.0
-    # What pseudo-relevance feedback changed in ``fused_relevance`` (it re-weighs the legs,
-    # so it can be negative) and the time-mention bonus, both already counted in it:
-    # fused_relevance = legs + feedback + time_bonus + neighbour (retrieval.py).
-    feedback: float = 0.0
+    # The time-mention bonus, already counted in ``fused_relevance`` too:
+    # fused_relevance = legs + time_bonus + neighbour (retrieval.py).
     time_bonus: float = 0.0
 
 
