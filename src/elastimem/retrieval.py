@@ -777,9 +777,7 @@ def _rank_chunks(
             continue
         fused[cid] = relevance
         kept.append((cid, session_id, created_at, importance))
-    plain = dict(fused)
-    if legs.asks_when and fused:
-        _add_time_bonus(conn, fused)
+    timed = _add_time_bonus(conn, fused) if legs.asks_when and fused else set()
     # The neighbour term: who lends and who may receive (see NEIGHBOUR_MIN_COSINE).
     cosines = dict(found) if found else {}
     givers = {cid for cid, score in keyword.items() if score > 0}
@@ -818,17 +816,18 @@ def _rank_chunks(
             importance=importance,
         )
         cand.neighbour = weights.neighbour * best_neighbour.get(cid, 0.0)
-        cand.time_bonus = fused[cid] - plain[cid]
+        cand.time_bonus = TIME_MENTION_BONUS if cid in timed else 0.0
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
     return out
 
 
-def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> None:
+def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> set[int]:
     """A question asking when: ``TIME_MENTION_BONUS`` for each matching candidate whose
-    text mentions a time (``mentions_time``)."""
+    text mentions a time (``mentions_time``); returns their ids."""
     ids = [cid for cid, relevance in fused.items() if relevance > 0]
+    timed: set[int] = set()
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
         for cid, text in conn.execute(
@@ -836,6 +835,8 @@ def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> None:
         ):
             if mentions_time(str(text)):
                 fused[int(cid)] += TIME_MENTION_BONUS
+                timed.add(int(cid))
+    return timed
 
 
 def _start_vector_leg(
