@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
+from elastimem import retrieval
 from elastimem import text as text_module
 
 
@@ -385,3 +386,18 @@ def test_query_terms_properties(query: str) -> None:
         for word in words:
             if len(word) == 1 and word.isdigit():
                 assert word in terms
+
+
+def test_a_when_question_prefers_the_exchange_that_says_when(make_store: Any) -> None:
+    mem = make_store()
+    mem.record_turn("Ana went to Lisbon in May", "Nice.")
+    mem.record_turn("Ana showed me her Lisbon photos", "Nice.")
+    # Not asking when: the later exchange, as good a match, comes first.
+    assert "photos" in mem.recall("Did Ana go to Lisbon?", 2)[0].text
+    # Asking when: the exchange that says when comes first (retrieval.TIME_MENTION_BONUS).
+    assert "in May" in mem.recall("When did Ana go to Lisbon?", 2)[0].text
+    assert "in May" in mem.recall("What year did Ana go to Lisbon?", 2)[0].text
+    explained = mem.explain("When did Ana go to Lisbon?", 2)
+    by_id = {b.chunk_id: b.time_bonus for b in explained.chunk_breakdowns}
+    bonus = {h.text.split(" ")[2]: by_id[h.id] for h in explained.hits}
+    assert bonus == {"went": pytest.approx(retrieval.TIME_MENTION_BONUS), "showed": 0.0}

@@ -446,5 +446,6 @@ def _past_hits(
             vector_leg=leg,
             graph=signal,
             keyword_index=keyword_index(services, profile),
+            question=text,
         )
     return ranking.hits

@@ -738,6 +738,7 @@ class Elastimem:
                 graph=signal,
                 keyword_index=background.keyword_index(self._services, profile),
                 fact_vector_leg=fact_leg,
+                question=text,
             )
         ranking.vector_leg = report.state
         return ranking, signal

@@ -53,6 +53,9 @@ class ChunkScoreBreakdown:
     # The neighbouring-exchange term, already counted inside ``fused_relevance``; last and
     # defaulted so positional construction from before it existed keeps working.
     neighbour: float = 0.0
+    # The time-mention bonus, already counted in ``fused_relevance`` too:
+    # fused_relevance = legs + time_bonus + neighbour (retrieval.py).
+    time_bonus: float = 0.0
 
 
 @dataclass(frozen=True)
