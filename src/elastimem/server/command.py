@@ -9,6 +9,7 @@ as a stop that was asked for and done cleanly. SIGHUP reloads the keys (see ``ap
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -153,9 +154,19 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _stopped(signum: int, frame: Any) -> None:
-    """Runs after uvicorn's graceful shutdown, which re-raises the signal that asked for it."""
+    """Runs after uvicorn's graceful shutdown, which re-raises the signal that asked for it,
+    or for a signal that came before uvicorn took the signals over (no store is open yet).
+
+    Exits at once instead of raising SystemExit: raised from a signal handler, it can land
+    inside a weakref callback or a finaliser, where Python drops it, and the server went on
+    serving (a SIGTERM just after the "serving" line). Both callers have nothing left to
+    close: the lifespan closed every store before uvicorn re-raised the signal.
+    """
     sys.stderr.write("elastimem: stopped\n")
-    sys.exit(0)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 def _configure_logging(verbose: bool) -> None:
