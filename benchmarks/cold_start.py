@@ -73,7 +73,7 @@ def convert(env: dict[str, str]) -> float:
             """
             import time
             started = time.perf_counter()
-            from elastimem.embedders import BuiltinEmbedder
+            from elastimem.index.embedders import BuiltinEmbedder
             e = BuiltinEmbedder()
             assert e.load(), e.failure
             print(time.perf_counter() - started)

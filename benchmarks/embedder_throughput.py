@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from elastimem.embedders import EMBED_BATCH_SIZE, BuiltinEmbedder
+from elastimem.index.embedders import EMBED_BATCH_SIZE, BuiltinEmbedder
 
 _WORDS = (  # noqa: SIM905 - a word list reads better as prose
     "the a my our we i you they it this that and but so because then when after before "

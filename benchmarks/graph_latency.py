@@ -61,9 +61,10 @@ from pathlib import Path
 from typing import Any
 
 import elastimem
-from elastimem import db, graph
 from elastimem.clock import format_ts, utcnow
-from elastimem.retrieval import Filters
+from elastimem.graph.core import core as graph
+from elastimem.retrieval.rank import Filters
+from elastimem.storage.sqlite import database as db
 
 EXCHANGES_PER_SESSION = 20
 RELATIONS = ("knows", "works_at", "lives_in", "owns", "uses", "part_of", "likes", "visited")

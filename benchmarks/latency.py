@@ -52,10 +52,11 @@ from typing import Any
 import numpy as np
 
 import elastimem
-from elastimem import ann, db
 from elastimem.clock import format_ts
-from elastimem.retrieval import VECTOR_CANDIDATES, Filters
-from elastimem.vectors import VectorIndex
+from elastimem.index import ann
+from elastimem.index.vectors import VectorIndex
+from elastimem.retrieval.rank import VECTOR_CANDIDATES, Filters
+from elastimem.storage.sqlite import database as db
 
 DIM = 384
 RANK = 48
@@ -459,8 +460,8 @@ def run_size(size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path)
 
 def run_builtin(args: argparse.Namespace, corpus: Corpus, workdir: Path) -> dict[str, Any]:
     """Ingest through record_turn with the built-in model vs the model's own throughput."""
-    from elastimem.embedders import EMBED_BATCH_SIZE, BuiltinEmbedder
-    from elastimem.vectors import passage_texts
+    from elastimem.index.embedders import EMBED_BATCH_SIZE, BuiltinEmbedder
+    from elastimem.index.vectors import passage_texts
 
     count = args.builtin_turns
     path = workdir / "builtin.db"

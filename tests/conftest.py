@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import db as db_module
+from elastimem.storage.sqlite import database as db_module
 
 ENV_VARS = (
     "ELASTIMEM_DB",

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import Tier, jobs
+from elastimem import Tier
+from elastimem.runtime import queue as jobs
 from tests.conftest import HashEmbedder, ScriptedLLM, wait_until
 
 EXTRACTION = json.dumps(
@@ -29,7 +30,7 @@ LONG = "I spent the whole afternoon repainting the garden fence in teal with my 
 
 def queue_consolidate(mem: elastimem.Elastimem) -> None:
     """Queue a consolidation sweep now, as end_session or the idle sweep would."""
-    from elastimem import jobs
+    from elastimem.runtime import queue as jobs
 
     with mem._db.atomic() as conn:
         jobs.enqueue(conn, "consolidate", mem._owner)
@@ -610,7 +611,7 @@ def test_unused_auto_fact_is_archived_at_the_horizon(make_store: Any) -> None:
 def test_decay_horizons_match_the_spec() -> None:
     import math
 
-    from elastimem.semantic import decay_horizon_factor
+    from elastimem.memory.semantic import decay_horizon_factor
 
     def horizon(access: int) -> float:
         h = 60.0 * decay_horizon_factor(access)

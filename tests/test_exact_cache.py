@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elastimem import exact_cache
-from elastimem.exact_cache import ExactVectorCache
+from elastimem.index import exact_cache
+from elastimem.index.exact_cache import ExactVectorCache
 
 
 def rows(values: list[int], dim: int = 4) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import retrieval
+from elastimem.retrieval.rank import rank as retrieval
 from tests.conftest import wait_until
 
 DATA = Path(__file__).parent / "data" / "fact_queries.json"
@@ -242,7 +242,7 @@ def test_a_failing_facts_vector_leg_costs_only_that_leg(
     concept: ConceptEmbedder,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from elastimem import fact_vectors
+    from elastimem.memory import fact_vectors
 
     mem = make_store(embedder=concept)
     mem.remember("allergies", "peanuts")

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import graph
 from elastimem.clock import ts_minus, utcnow
-from elastimem.gate import GateDenied
-from elastimem.retrieval import Filters
+from elastimem.graph.core import core as graph
+from elastimem.retrieval.rank import Filters
+from elastimem.runtime.gate import GateDenied
 from elastimem.text import word_tokens
 
 from .conftest import ScriptedLLM
@@ -1755,7 +1755,7 @@ NAMES = st.one_of(
 
 
 def test_any_entity_name_is_safe(make_store: MakeStore) -> None:
-    from elastimem import graph_view
+    from elastimem.graph.core import view as graph_view
 
     mem = make_store(":memory:")
     rows = turn(mem, "a turn that mentions things like Tuffy and the Jetson")

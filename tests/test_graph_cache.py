@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import clock, graph, retrieval
+from elastimem import clock
 from elastimem.clock import now_ts
-from elastimem.retrieval import Filters
+from elastimem.graph.core import core as graph
+from elastimem.retrieval.rank import Filters
+from elastimem.retrieval.rank import rank as retrieval
 
 Store = elastimem.Elastimem
 CHUNKS = 24

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import graph
-from elastimem.retrieval import Filters
+from elastimem.graph.core import core as graph
+from elastimem.retrieval.rank import Filters
 from elastimem.text import STOPWORDS, word_tokens
 
 from .conftest import HashEmbedder, ScriptedLLM

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem import graph, graph_view
+from elastimem.graph.core import core as graph
+from elastimem.graph.core import view as graph_view
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

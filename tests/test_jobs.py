@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import jobs
-from elastimem.episodic import Owner
+from elastimem.memory.episodic import Owner
+from elastimem.runtime import queue as jobs
 from tests.conftest import wait_until
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem import keyword_index
-from elastimem.keyword_index import FACTS, KeywordIndex
+from elastimem.index import keyword as keyword_index
+from elastimem.index.keyword import FACTS, KeywordIndex
 from elastimem.text import fts_match_expression, query_terms
 
 # The facts' table as the index mirrors it from the first row (it waits for 16k by default).

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from elastimem import embedders, onnx_embedder
-from elastimem.embedders import MINILM_LABEL, BuiltinEmbedder
+from elastimem.index import embedders, onnx_embedder
+from elastimem.index.embedders import MINILM_LABEL, BuiltinEmbedder
 
 pytestmark = pytest.mark.embedder
 
@@ -129,7 +129,7 @@ def test_conversion_caches_a_private_file_that_a_fresh_process_uses_without_torc
     done = _run_child(
         """
         import sys
-        from elastimem.embedders import BuiltinEmbedder
+        from elastimem.index.embedders import BuiltinEmbedder
         e = BuiltinEmbedder()
         assert e.load()
         v = e.embed_query("Do I own any animals?")
@@ -308,7 +308,7 @@ def test_two_processes_converting_at_once_leave_one_good_file(
     cache = tmp_path / "race"
     code = """
         import sys, time
-        from elastimem.embedders import BuiltinEmbedder
+        from elastimem.index.embedders import BuiltinEmbedder
         e = BuiltinEmbedder()
         ok = e.load()
         print(ok, e.label, "torch" in sys.modules)
@@ -338,7 +338,7 @@ def test_two_processes_converting_at_once_leave_one_good_file(
     assert not list((cache / "models").glob(".*.tmp"))
     check = _run_child(
         """
-        from elastimem.embedders import BuiltinEmbedder
+        from elastimem.index.embedders import BuiltinEmbedder
         e = BuiltinEmbedder()
         print(e.load())
         """,
@@ -356,7 +356,7 @@ def test_usearch_imported_first_never_crashes_the_load(who: str, converted: Path
     """Importing onnxruntime after usearch is a segmentation fault (their C++ runtimes
     clash). When elastimem imports usearch it brings onnxruntime first; when the host did,
     the load falls back to sentence-transformers instead of crashing."""
-    from elastimem import ann
+    from elastimem.index import ann
 
     if not ann.usearch_available():  # imports onnxruntime first, as this test is about
         pytest.skip("the vec extra (usearch) is not installed")
@@ -369,7 +369,7 @@ def test_usearch_imported_first_never_crashes_the_load(who: str, converted: Path
         f"""
         import sys
         {first}
-        from elastimem.embedders import BuiltinEmbedder
+        from elastimem.index.embedders import BuiltinEmbedder
         e = BuiltinEmbedder()
         assert e.load(), e.failure
         print(e.label, "sentence_transformers" in sys.modules)

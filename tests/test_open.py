@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem import db
 from elastimem.errors import ConfigError, StoreError
+from elastimem.storage.sqlite import database as db
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import db, files
+from elastimem.storage.sqlite import database as db
+from elastimem.storage.sqlite import files
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
 

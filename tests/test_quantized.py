@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from elastimem import quantized
+from elastimem.index import quantized
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:

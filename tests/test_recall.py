@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import retrieval
 from elastimem import text as text_module
+from elastimem.retrieval.rank import rank as retrieval
 
 
 @pytest.fixture
@@ -238,7 +238,7 @@ def test_only_adjacent_exchanges_of_one_session_lift_each_other(
     result = mem.explain("walrus mosaic", k=10)
     by_name = {ids[c.chunk_id]: c for c in result.chunk_breakdowns if c.chunk_id in ids}
     assert set(by_name) == {"first", "gap", "pair", "other"}
-    weight = elastimem.retrieval.DEFAULT_WEIGHTS.neighbour
+    weight = elastimem.retrieval.rank.DEFAULT_WEIGHTS.neighbour
     legs = {name: c.fused_relevance - c.neighbour for name, c in by_name.items()}
     assert by_name["first"].neighbour == 0.0  # "gap" is two exchanges away
     assert by_name["other"].neighbour == 0.0  # "pair" ends the previous session
@@ -260,7 +260,7 @@ def test_neighbours_are_found_across_interleaved_sessions(
     result = mem.explain("walrus mosaic", k=5)
     walrus = [c for c in result.chunk_breakdowns if c.fused_relevance > 0]
     assert len(walrus) == 2
-    weight = elastimem.retrieval.DEFAULT_WEIGHTS.neighbour
+    weight = elastimem.retrieval.rank.DEFAULT_WEIGHTS.neighbour
     first, second = sorted(walrus, key=lambda c: c.chunk_id)
     assert second.chunk_id - first.chunk_id == 2
     assert first.neighbour == pytest.approx(weight * (second.fused_relevance - second.neighbour))

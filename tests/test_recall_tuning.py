@@ -29,9 +29,10 @@ import numpy as np
 import pytest
 
 import elastimem
-from elastimem import background, retrieval
+from elastimem.index.vectors import passage_texts
+from elastimem.retrieval.rank import rank as retrieval
+from elastimem.runtime import background
 from elastimem.text import STOPWORDS, em_fold, query_terms, word_tokens
-from elastimem.vectors import passage_texts
 
 from .conftest import ScriptedLLM
 

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
-from elastimem import scan
-from elastimem.scan import PARALLEL_MIN_ROWS, RowScorer, candidates, row_scores
+from elastimem.index import scan
+from elastimem.index.scan import PARALLEL_MIN_ROWS, RowScorer, candidates, row_scores
 from tests.conftest import wait_until
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem import migrations
 from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
+from elastimem.storage.sqlite import migrations
 from tests.legacy_layouts import create_legacy_store
 
 SNAPSHOT = Path(__file__).parent / "data" / "schema_v7.sql"

@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 import elastimem
-from elastimem import EmbedderError, embedders
-from elastimem.embedders import MINILM_LABEL
-from elastimem.retrieval import DEFAULT_WEIGHTS
+from elastimem import EmbedderError
+from elastimem.index import embedders
+from elastimem.index.embedders import MINILM_LABEL
+from elastimem.retrieval.rank import DEFAULT_WEIGHTS
 
 from .conftest import HashEmbedder, wait_until
 
@@ -286,7 +287,7 @@ def test_a_broken_embedder_never_costs_recall_or_data(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from elastimem import jobs
+    from elastimem.runtime import queue as jobs
 
     monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
     embedder = CountingEmbedder()
@@ -311,7 +312,7 @@ def test_a_broken_embedder_never_costs_recall_or_data(
 def test_a_broken_embedder_warns_once_in_total(
     make_store: Factory, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from elastimem import jobs
+    from elastimem.runtime import queue as jobs
 
     monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
     embedder = CountingEmbedder()
@@ -354,7 +355,7 @@ def test_a_failing_host_embedder_is_given_up_after_three_failures(
 def test_a_dimension_change_mid_run_is_refused(
     make_store: Factory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from elastimem import jobs
+    from elastimem.runtime import queue as jobs
 
     monkeypatch.setattr(jobs, "RETRY_DELAYS_SECONDS", (0.0, 0.0))
     embedder = CountingEmbedder(dim=16)
@@ -432,7 +433,7 @@ def test_the_query_is_embedded_while_the_keyword_legs_run(
 ) -> None:
     """recall hands the query embedding to a helper thread and runs the keyword leg
     meanwhile, then waits for the vector (real threads, a slow host query embedder)."""
-    from elastimem import retrieval
+    from elastimem.retrieval.rank import rank as retrieval
 
     passages = HashEmbedder()
     seen: dict[str, float] = {}
@@ -464,7 +465,8 @@ def test_a_quick_query_embedding_is_waited_for_before_the_keyword_legs(
     QUERY_EMBED_OVERLAP_MIN_SECONDS, recall waits for its vector first: two threads taking
     turns with the GIL cost more than so short a call saves. (The threshold is raised so
     that a 20 ms call counts as quick: without the wait, the keyword leg would come first.)"""
-    from elastimem import background, retrieval
+    from elastimem.retrieval.rank import rank as retrieval
+    from elastimem.runtime import background
 
     passages = HashEmbedder()
     order: list[str] = []
@@ -498,7 +500,8 @@ def test_the_vector_scan_runs_beside_the_keyword_legs(
     """With the query vector at hand, recall starts the exact scan on a scan helper and
     runs the keyword legs meanwhile: the scan below can only end once the keyword leg has
     begun (real threads)."""
-    from elastimem import quantized, retrieval
+    from elastimem.index import quantized
+    from elastimem.retrieval.rank import rank as retrieval
 
     mem = make_store(embedder=HashEmbedder())
     fill(mem)
@@ -528,7 +531,7 @@ def test_a_failing_keyword_leg_still_finishes_the_started_vector_leg(
 ) -> None:
     """The started vector search holds the index until it is finished: a keyword leg that
     raises must not leave it held, or the next recall would wait forever."""
-    from elastimem import retrieval
+    from elastimem.retrieval.rank import rank as retrieval
 
     mem = make_store(embedder=HashEmbedder())
     fill(mem)

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import episodic
 from elastimem.clock import TIMESTAMP_PATTERN
+from elastimem.memory import episodic
 from elastimem.text import collapse_whitespace
 
 

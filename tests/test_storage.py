@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import db
 from elastimem.errors import StoreClosedError, StoreError, StoreLockedError
+from elastimem.storage.sqlite import database as db
 from elastimem.text import sanitize
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import elastimem
 from elastimem import ConfigError, StoreError
-from elastimem import db as db_module
+from elastimem.storage.sqlite import database as db_module
 from elastimem.users import check_user_id
 
 ESCAPING_IDS = [

@@ -21,18 +21,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import ann as ann_module
-from elastimem import db as db_module
-from elastimem import vectors as vectors_module
 from elastimem.config import ElastimemConfig
-from elastimem.retrieval import Filters
-from elastimem.vectors import (
+from elastimem.index import ann as ann_module
+from elastimem.index import vectors as vectors_module
+from elastimem.index.vectors import (
     GROWTH_FACTOR,
     VectorIndex,
     exact_scores,
     passage_texts,
     write_vectors,
 )
+from elastimem.retrieval.rank import Filters
+from elastimem.storage.sqlite import database as db_module
 
 from .conftest import HashEmbedder
 

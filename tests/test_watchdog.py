@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from elastimem.gate import CallTimeout, HostCallError, Watchdog
+from elastimem.runtime.gate import CallTimeout, HostCallError, Watchdog
 from tests.conftest import wait_until
 
 

@@ -28,9 +28,9 @@ from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .config import ElastimemConfig
-from .db import refuse_database_url
 from .errors import ClosedError, ConfigError
 from .governor import MemoryProfile
+from .storage.sqlite.database import refuse_database_url
 from .store import Elastimem
 
 P = ParamSpec("P")

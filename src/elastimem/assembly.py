@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import fact_vectors, procedural, retrieval, semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .errors import ClosedError
 from .governor import MemoryProfile
+from .memory import fact_vectors, procedural, semantic
+from .retrieval import rank as retrieval
 from .text import one_line, query_terms
 
 if TYPE_CHECKING:
-    from .background import Services
+    from .runtime.background import Services
 
 __all__ = ["SECTION_HEADINGS", "ContextPlan", "build_context_plan", "fit_lines"]
 
@@ -156,7 +157,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if len(user_input.split()) >= config.min_retrieval_query_words:
             state["terms"] = query_terms(user_input)
         if state["terms"]:
-            from .background import vector_leg
+            from .runtime.background import vector_leg
 
             # Started first: the query is embedded on a helper thread while the graph and
             # the past moments' keyword legs are read.
@@ -167,7 +168,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         """The query's graph signal (None without terms), read once: inside the facts
         step's read when it gets that far (one transaction fewer), else in one of its own."""
         if state["terms"] and not state["signal_read"]:
-            from .background import graph_signal
+            from .runtime.background import graph_signal
 
             state["signal_read"] = True
             state["signal"] = graph_signal(services, user_input, conn)
@@ -324,7 +325,7 @@ def _read_facts(
 ) -> _FactsRead:
     """The live facts, their keyword relevance and the started facts' vector leg, in one
     read (with the graph signal, through ``read_signal``)."""
-    from .background import keyword_index
+    from .runtime.background import keyword_index
 
     half_life = services.config().fact_recency_half_life_days
     keyword: dict[int, float] = {}
@@ -427,7 +428,7 @@ def _past_hits(
     signal: Any,
     leg: Any,
 ) -> list[Any]:
-    from .background import keyword_index
+    from .runtime.background import keyword_index
 
     terms = query_terms(text)
     if not terms:

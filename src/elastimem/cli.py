@@ -32,8 +32,8 @@ from typing import Any
 
 import click
 
-from . import files
 from .errors import ConfigError, ElastimemError, StoreError
+from .storage.sqlite import files
 
 DB_ENV_VAR = "ELASTIMEM_DB"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -56,7 +56,7 @@ class CliState:
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        from .db import refuse_database_url
+        from .storage.sqlite.database import refuse_database_url
 
         try:
             refuse_database_url(raw)  # before realpath makes "postgresql://h/db" a path
@@ -946,7 +946,7 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
       elastimem graph --as html -o graph.html
     """
     try:
-        from . import graph_view
+        from .graph import view as graph_view
 
         render: Callable[[Any], str] = getattr(graph_view, f"render_{as_}")
     except (ImportError, AttributeError) as exc:

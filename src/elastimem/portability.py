@@ -36,12 +36,15 @@ from typing import IO, Any
 
 import numpy as np
 
-from . import db, fact_vectors, files, graph, migrations
-from .background import Services
 from .clock import now_ts
-from .episodic import close_session
 from .errors import ConfigError, ImportFormatError, StoreError
-from .keyword_index import ERASE_GEN_KEY
+from .graph import core as graph
+from .index.keyword import ERASE_GEN_KEY
+from .memory import fact_vectors
+from .memory.episodic import close_session
+from .runtime.background import Services
+from .storage.sqlite import database as db
+from .storage.sqlite import files, migrations
 from .text import normalize_key, sanitize
 
 logger = logging.getLogger("elastimem")

@@ -17,27 +17,24 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from . import background, db, episodic, fact_vectors, jobs, procedural, retrieval, semantic
 from .assembly import ContextPlan, build_context_plan
 from .clock import now_ts, to_ts
 from .config import ElastimemConfig, check_option_names
-from .embedders import BuiltinEmbedder
 from .enums import Cadence, Tier
 from .errors import ClosedError, ConfigError, ElastimemError, EmbedderError, StoreError
-from .gate import LLMGate
 from .governor import Governor, MemoryProfile
-from .rules import (
-    Ending,
-    capture_rules,
-    ending_keys,
-    find_endings,
-    names_part_of,
-    retired_keys,
-)
+from .index.embedders import BuiltinEmbedder
+from .index.vectors import EmbeddingSource, VectorIndex
+from .memory import episodic, fact_vectors, procedural, semantic
+from .retrieval import rank as retrieval
+from .rules import Ending, capture_rules, ending_keys, find_endings, names_part_of, retired_keys
+from .runtime import background
+from .runtime import queue as jobs
+from .runtime.gate import LLMGate
+from .runtime.worker import running_in_process
+from .storage.sqlite import database as db
 from .text import normalize_key, query_terms, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
-from .vectors import EmbeddingSource, VectorIndex
-from .worker import running_in_process
 
 logger = logging.getLogger("elastimem")
 

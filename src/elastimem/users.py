@@ -19,9 +19,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from . import files
-from .db import refuse_database_url
 from .errors import ConfigError
+from .storage.sqlite import files
+from .storage.sqlite.database import refuse_database_url
 
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ROOT_MODE = files.FOLDER_MODE
@@ -93,7 +93,7 @@ def _mismatch(path: Path, recorded: str, user_id: str) -> ConfigError:
 
 def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
     """Open ``<root_dir>/<user_id>.db``, creating ``root_dir`` with mode 0o700."""
-    from .db import get_meta, set_meta
+    from .storage.sqlite.database import get_meta, set_meta
     from .store import Elastimem
 
     check_user_id(user_id)

@@ -406,7 +406,7 @@ def test_hanging_llm_leaves_the_store_responsive(
 
     ``gate.LLM_CALL_TIMEOUT_SECONDS`` bounds one LLM call (shortened here to 1 s).
     """
-    from elastimem import gate
+    from elastimem.runtime import gate
 
     monkeypatch.setattr(gate, "LLM_CALL_TIMEOUT_SECONDS", 1.0, raising=False)
     hang = HangingCallable(limit=60)
@@ -454,7 +454,7 @@ def test_hanging_embedder_leaves_the_store_responsive(
 ) -> None:
     """A host embedder that never returns: recall still answers from the keyword leg within
     ``background.QUERY_EMBED_TIMEOUT_SECONDS`` and the worker keeps running LLM work."""
-    from elastimem import background
+    from elastimem.runtime import background
 
     monkeypatch.setattr(background, "QUERY_EMBED_TIMEOUT_SECONDS", 0.5, raising=False)
     monkeypatch.setattr(background, "EMBED_CALL_TIMEOUT_SECONDS", 1.0, raising=False)
@@ -523,7 +523,7 @@ def test_memory_store_opens_without_a_wal_warning(
     monkeypatch: pytest.MonkeyPatch, elastimem_logs: Any, figure: Any
 ) -> None:
     """``:memory:`` has no journal file to put in WAL mode; that is not a refusing filesystem."""
-    from elastimem import db
+    from elastimem.storage.sqlite import database as db
 
     monkeypatch.setattr(db, "_wal_warned", False)  # the warning is once per process
     with elastimem.Elastimem(":memory:", disable_builtin_embedder=True) as mem:

@@ -15,8 +15,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from .clock import now_ts, ts_minus, ts_plus
-from .episodic import ORPHAN_HEARTBEAT_SECONDS, Owner, owner_is_gone
+from ..clock import now_ts, ts_minus, ts_plus
+from ..memory.episodic import ORPHAN_HEARTBEAT_SECONDS, Owner, owner_is_gone
 
 PRIORITY = {
     "embed": 1,

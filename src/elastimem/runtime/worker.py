@@ -19,10 +19,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from . import jobs
-from .db import Database
-from .episodic import Owner
-from .errors import StoreError
+from ..errors import StoreError
+from ..memory.episodic import Owner
+from ..storage.sqlite.database import Database
+from . import queue as jobs
 
 logger = logging.getLogger("elastimem")
 

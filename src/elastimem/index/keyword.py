@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .db import FTS_TOKENIZER
+from ..storage.sqlite.database import FTS_TOKENIZER
 
 logger = logging.getLogger("elastimem")
 

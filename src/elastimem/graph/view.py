@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import graph
-from .text import strip_controls
+from ..storage.sqlite.tx import SqliteTx
+from ..text import strip_controls
+from . import core as graph
 
 SELF_LABEL = "(you)"
 # Layout, in SVG user units.
@@ -91,9 +92,9 @@ class Snapshot:
 
 
 @contextmanager
-def _connection(source: Any) -> Iterator[sqlite3.Connection]:
+def _connection(source: Any) -> Iterator[Any]:
     """A read connection from a connection, a ``db.Database`` or an ``Elastimem``."""
-    if isinstance(source, sqlite3.Connection):
+    if isinstance(source, (sqlite3.Connection, SqliteTx)):
         yield source
         return
     database = getattr(source, "_db", source)

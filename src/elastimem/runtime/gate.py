@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
-from .governor import MemoryProfile
+from ..enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
+from ..governor import MemoryProfile
 
 LLM = Callable[..., str]
 

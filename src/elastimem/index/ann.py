@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from .clock import now_ts
-from .db import Database, get_meta_int
+from ..clock import now_ts
+from ..storage.sqlite.database import Database, get_meta_int
 
 logger = logging.getLogger("elastimem")
 

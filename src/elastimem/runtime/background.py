@@ -17,17 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from . import db, episodic, fact_vectors, files, graph, jobs, procedural, semantic
-from .clock import now_ts
-from .config import ElastimemConfig
-from .enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
-from .errors import EmbedderError
-from .extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
-from .gate import CallTimeout, GateDeferred, GateDenied, LLMGate, Watchdog
-from .governor import MemoryProfile
-from .guards import is_instruction_like
-from .keyword_index import KeywordIndexes
-from .prompts import (
+from ..clock import now_ts
+from ..config import ElastimemConfig
+from ..enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
+from ..errors import EmbedderError
+from ..extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
+from ..governor import MemoryProfile
+from ..graph import core as graph
+from ..guards import is_instruction_like
+from ..index.keyword import KeywordIndexes
+from ..index.vectors import EmbeddingSource, VectorIndex, passage_texts, write_vectors
+from ..memory import episodic, fact_vectors, procedural, semantic
+from ..prompts import (
     build_condense_prompt,
     build_fact_merge_prompt,
     build_session_summary_prompt,
@@ -35,9 +36,12 @@ from .prompts import (
     clean_value,
     split_sentences,
 )
-from .retrieval import Filters, VectorFinish, fact_keyword_leg
-from .text import collapse_whitespace, normalize_key, query_terms, word_tokens
-from .vectors import EmbeddingSource, VectorIndex, passage_texts, write_vectors
+from ..retrieval.rank import Filters, VectorFinish, fact_keyword_leg
+from ..storage.sqlite import database as db
+from ..storage.sqlite import files
+from ..text import collapse_whitespace, normalize_key, query_terms, word_tokens
+from . import queue as jobs
+from .gate import CallTimeout, GateDeferred, GateDenied, LLMGate, Watchdog
 from .worker import Worker
 
 logger = logging.getLogger("elastimem")
@@ -865,7 +869,7 @@ def fit_digest(items: list[str], budget: int, est: Callable[[str], int]) -> list
 
 
 def _evicted_pairs(turns: Iterable[Any]) -> list[tuple[str, str]]:
-    from .text import sanitize
+    from ..text import sanitize
 
     pairs: list[tuple[str, str]] = []
     for turn in turns if turns is not None else []:
@@ -1077,7 +1081,7 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
 
 def review_fact_merges(services: Services) -> dict[str, int]:
     """LLM review of recent supersessions; a merge is a new version, never an edit."""
-    from .clock import ts_minus
+    from ..clock import ts_minus
 
     config = services.config()
     cutoff = ts_minus(config.fact_merge_review_window_days * 86400.0)

@@ -40,7 +40,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from .clock import canonicalize_legacy_ts, now_ts
+from ...clock import canonicalize_legacy_ts, now_ts
 
 CURRENT_SCHEMA_VERSION = 7
 SELF_NODE_NAME = "@self"

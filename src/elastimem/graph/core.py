@@ -53,24 +53,24 @@ from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import semantic
-from .clock import age_days, now_ts, recency, ts_minus, utcnow
-from .db import bump_meta
-from .gate import GateDenied
-from .guards import is_unsafe_llm_text
-from .migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
-from .prompts import (
+from ..clock import age_days, now_ts, recency, ts_minus, utcnow
+from ..guards import is_unsafe_llm_text
+from ..memory import semantic
+from ..prompts import (
     build_cluster_label_prompt,
     build_same_entity_prompt,
     clean_label,
     parse_yes_no,
 )
-from .text import STOPWORDS, collapse_whitespace, em_fold, sanitize, word_tokens
-from .values import GraphTraversalStep
+from ..runtime.gate import GateDenied
+from ..storage.sqlite.database import bump_meta
+from ..storage.sqlite.migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
+from ..text import STOPWORDS, collapse_whitespace, em_fold, sanitize, word_tokens
+from ..values import GraphTraversalStep
 
 if TYPE_CHECKING:
-    from .db import Database
-    from .retrieval import Filters
+    from ..retrieval.rank import Filters
+    from ..storage.sqlite.database import Database
 
 logger = logging.getLogger("elastimem")
 

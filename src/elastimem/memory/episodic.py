@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
-from .clock import now_ts, parse_moment, ts_minus
-from .db import get_meta_int, set_meta
-from .text import collapse_whitespace
+from ..clock import now_ts, parse_moment, ts_minus
+from ..storage.sqlite.database import get_meta_int, set_meta
+from ..text import collapse_whitespace
 
 TITLE_LIMIT = 80
 # Session ids are never given twice, even after the newest session is erased: another
@@ -463,6 +463,6 @@ def resume_tail(
 
 def turn_time(at: object) -> str:
     """A canonical time for ``at`` (raises ValueError when unreadable)."""
-    from .clock import format_ts
+    from ..clock import format_ts
 
     return format_ts(parse_moment(at))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
-from .clock import now_ts
-from .guards import guard_lesson
+from ..clock import now_ts
+from ..guards import guard_lesson
 from .semantic import quarantine
 
 # The quarantine's key and source for a refused lesson (the column has no CHECK, and no fact

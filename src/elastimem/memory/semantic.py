@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..clock import now_ts, parse_moment, utcnow
+from ..guards import guard_fact
+from ..storage.sqlite.migrations import FACTS_STAMP_KEY
+from ..values import Fact
 from . import episodic
-from .clock import now_ts, parse_moment, utcnow
-from .guards import guard_fact
-from .migrations import FACTS_STAMP_KEY
-from .values import Fact
 
 SOURCES = ("explicit", "auto", "rule", "import", "merge")
 SOURCE_IMPORTANCE = {"explicit": 1.0, "import": 0.8, "rule": 0.7, "auto": 0.5}

@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import jobs
-from .db import get_meta, set_meta
-from .migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
-from .retrieval import FACT_CANDIDATES, FactVectorFinish, Filters
+from ..retrieval.rank import FACT_CANDIDATES, FactVectorFinish, Filters
+from ..runtime import queue as jobs
+from ..storage.sqlite.database import get_meta, set_meta
+from ..storage.sqlite.migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
 
 if TYPE_CHECKING:
-    from .background import Services
-    from .governor import MemoryProfile
+    from ..governor import MemoryProfile
+    from ..runtime.background import Services
 
 logger = logging.getLogger("elastimem")
 
@@ -255,7 +255,7 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
     facts after the past moments), so the query vector is normally in the query cache by
     then; otherwise it is embedded here, bounded as the chunks' leg is.
     """
-    from .background import QUERY_EMBED_TIMEOUT_SECONDS, active_dim, vector_gate
+    from ..runtime.background import QUERY_EMBED_TIMEOUT_SECONDS, active_dim, vector_gate
 
     source = services.embedding
     # The same gate as the chunks' leg: a built-in model still loading is waited for (it

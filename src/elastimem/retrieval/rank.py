@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from . import semantic
-from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
-from .keyword_index import KeywordIndex, KeywordIndexes
-from .text import em_fold, fts_match_expression
-from .values import (
+from ..clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
+from ..index.keyword import KeywordIndex, KeywordIndexes
+from ..memory import semantic
+from ..text import em_fold, fts_match_expression
+from ..values import (
     ChunkScoreBreakdown,
     ExplainResult,
     FactScoreBreakdown,

@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from ..config import ElastimemConfig
+from ..retrieval.rank import Filters
+from ..storage.sqlite.database import Database, get_meta, get_meta_int
 from . import ann as ann_module
 from . import quantized
-from .config import ElastimemConfig
-from .db import Database, get_meta, get_meta_int
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
 from .exact_cache import ExactVectorCache
-from .retrieval import Filters
 from .scan import RowScorer, candidates, row_scores
 
 logger = logging.getLogger("elastimem")
@@ -973,7 +973,7 @@ def write_vectors(
     ``texts`` are the chunks' own texts as they were read for embedding: a row whose text
     differs now is skipped (see below).
     """
-    from .db import bump_meta, set_meta
+    from ..storage.sqlite.database import bump_meta, set_meta
 
     dim = int(matrix.shape[1])
     seq = get_meta_int(conn, "vectors.seq")

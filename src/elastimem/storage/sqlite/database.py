@@ -27,11 +27,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+from ...clock import now_ts
+from ...errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
+from ...text import em_fold
 from . import files, migrations
-from .clock import now_ts
-from .errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
-from .text import em_fold
+from .tx import SqliteTx
 
 logger = logging.getLogger("elastimem")
 
@@ -217,7 +219,7 @@ class Database:
     # -- transactions ------------------------------------------------------------------------
 
     @contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self) -> Iterator[Any]:  # TRANSITIONAL: Iterator[Tx] once the seam is done
         """The only way to write: BEGIN IMMEDIATE at the top, SAVEPOINT when nested."""
         with self._lock:
             if self._closed:
@@ -242,7 +244,7 @@ class Database:
             self._depth = depth + 1
             self._owner = threading.get_ident()
             try:
-                yield conn
+                yield SqliteTx(conn)
             except BaseException as exc:
                 self._finish(depth, commit=False)
                 if isinstance(exc, sqlite3.Error):
@@ -301,14 +303,14 @@ class Database:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[Any]:  # TRANSITIONAL: Iterator[Tx] once the seam is done
         """A connection for reading, inside one snapshot; never writes."""
         if self.is_memory or self.in_write():
             with self._lock:
                 if self._closed:
                     raise StoreClosedError(f"{self.path} is closed")
                 try:
-                    yield self._writer
+                    yield SqliteTx(self._writer)
                 except sqlite3.Error as exc:
                     raise translate_error(exc, self.path, "read") from exc
             return
@@ -319,7 +321,7 @@ class Database:
             except sqlite3.Error as exc:
                 raise translate_error(exc, self.path, "read") from exc
             try:
-                yield conn
+                yield SqliteTx(conn)
             except sqlite3.Error as exc:
                 raise translate_error(exc, self.path, "read") from exc
             finally:
@@ -855,7 +857,7 @@ def _schema_version(conn: sqlite3.Connection, path: str = "") -> int | None:
 
 
 def _create_fresh(db: Database) -> None:
-    from . import __version__
+    from ... import __version__
 
     with db.atomic() as conn:
         if _schema_version(conn) is not None:
