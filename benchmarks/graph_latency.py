@@ -62,7 +62,7 @@ from typing import Any
 
 import elastimem
 from elastimem.clock import format_ts, utcnow
-from elastimem.graph.core import core as graph
+from elastimem.graph import core as graph
 from elastimem.retrieval.rank import Filters
 from elastimem.storage.sqlite import database as db
 

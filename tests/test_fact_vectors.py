@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem.retrieval.rank import rank as retrieval
+from elastimem.retrieval import rank as retrieval
 from tests.conftest import wait_until
 
 DATA = Path(__file__).parent / "data" / "fact_queries.json"

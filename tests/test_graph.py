@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem.clock import ts_minus, utcnow
-from elastimem.graph.core import core as graph
+from elastimem.graph import core as graph
 from elastimem.retrieval.rank import Filters
 from elastimem.runtime.gate import GateDenied
 from elastimem.text import word_tokens

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 import elastimem
 from elastimem import clock
 from elastimem.clock import now_ts
-from elastimem.graph.core import core as graph
+from elastimem.graph import core as graph
+from elastimem.retrieval import rank as retrieval
 from elastimem.retrieval.rank import Filters
-from elastimem.retrieval.rank import rank as retrieval
 
 Store = elastimem.Elastimem
 CHUNKS = 24

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem.graph.core import core as graph
+from elastimem.graph import core as graph
 from elastimem.retrieval.rank import Filters
 from elastimem.text import STOPWORDS, word_tokens
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem.graph.core import core as graph
+from elastimem.graph import core as graph
 from elastimem.graph.core import view as graph_view
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem import text as text_module
-from elastimem.retrieval.rank import rank as retrieval
+from elastimem.retrieval import rank as retrieval
 
 
 @pytest.fixture

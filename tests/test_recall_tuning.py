@@ -30,7 +30,7 @@ import pytest
 
 import elastimem
 from elastimem.index.vectors import passage_texts
-from elastimem.retrieval.rank import rank as retrieval
+from elastimem.retrieval import rank as retrieval
 from elastimem.runtime import background
 from elastimem.text import STOPWORDS, em_fold, query_terms, word_tokens
 

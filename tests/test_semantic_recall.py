@@ -433,7 +433,7 @@ def test_the_query_is_embedded_while_the_keyword_legs_run(
 ) -> None:
     """recall hands the query embedding to a helper thread and runs the keyword leg
     meanwhile, then waits for the vector (real threads, a slow host query embedder)."""
-    from elastimem.retrieval.rank import rank as retrieval
+    from elastimem.retrieval import rank as retrieval
 
     passages = HashEmbedder()
     seen: dict[str, float] = {}
@@ -465,7 +465,7 @@ def test_a_quick_query_embedding_is_waited_for_before_the_keyword_legs(
     QUERY_EMBED_OVERLAP_MIN_SECONDS, recall waits for its vector first: two threads taking
     turns with the GIL cost more than so short a call saves. (The threshold is raised so
     that a 20 ms call counts as quick: without the wait, the keyword leg would come first.)"""
-    from elastimem.retrieval.rank import rank as retrieval
+    from elastimem.retrieval import rank as retrieval
     from elastimem.runtime import background
 
     passages = HashEmbedder()
@@ -501,7 +501,7 @@ def test_the_vector_scan_runs_beside_the_keyword_legs(
     runs the keyword legs meanwhile: the scan below can only end once the keyword leg has
     begun (real threads)."""
     from elastimem.index import quantized
-    from elastimem.retrieval.rank import rank as retrieval
+    from elastimem.retrieval import rank as retrieval
 
     mem = make_store(embedder=HashEmbedder())
     fill(mem)
@@ -531,7 +531,7 @@ def test_a_failing_keyword_leg_still_finishes_the_started_vector_leg(
 ) -> None:
     """The started vector search holds the index until it is finished: a keyword leg that
     raises must not leave it held, or the next recall would wait forever."""
-    from elastimem.retrieval.rank import rank as retrieval
+    from elastimem.retrieval import rank as retrieval
 
     mem = make_store(embedder=HashEmbedder())
     fill(mem)

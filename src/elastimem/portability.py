@@ -45,6 +45,7 @@ from .memory.episodic import close_session
 from .runtime.background import Services
 from .storage.sqlite import database as db
 from .storage.sqlite import files, migrations
+from .storage.tx import Tx
 from .text import normalize_key, sanitize
 
 logger = logging.getLogger("elastimem")
@@ -125,11 +126,11 @@ def erase(
             if counts["chunks"]:
                 fts_touched.add("chunks_fts")
             if any(counts.values()):
-                db.bump_meta(conn, "writes_since_consolidation")
+                conn.meta.bump("writes_since_consolidation")
             if counts["chunks"] or counts["facts"]:
                 # Cached keyword postings must reload: see KeywordIndex._read_state.
-                db.bump_meta(conn, ERASE_GEN_KEY)
-            db.log_event(conn, "erase", **counts)
+                conn.meta.bump(ERASE_GEN_KEY)
+            conn.meta.log_event("erase", **counts)
         if any(counts.values()):
             _purge(database, fts_touched)
     if any(counts.values()):
@@ -165,7 +166,7 @@ def _writer(database: db.Database) -> sqlite3.Connection:
     return database.writer_connection()
 
 
-def _erase_keys(conn: sqlite3.Connection, keys: list[str], counts: dict[str, int]) -> None:
+def _erase_keys(conn: Tx, keys: list[str], counts: dict[str, int]) -> None:
     """Every version of each key, its merge reviews and its quarantine rows."""
     wanted = {k for k in keys if k}
     if not wanted:
@@ -193,9 +194,7 @@ def _erase_keys(conn: sqlite3.Connection, keys: list[str], counts: dict[str, int
         counts["fact_keys"] += 1
 
 
-def _erase_session(
-    conn: sqlite3.Connection, session_id: int, include_facts: bool, counts: dict[str, int]
-) -> None:
+def _erase_session(conn: Tx, session_id: int, include_facts: bool, counts: dict[str, int]) -> None:
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
         return
     close_session(conn, session_id)  # a no-op for an ended session
@@ -248,21 +247,21 @@ def _erase_session(
         )
         counts["graph_nodes"] += 1
     if counts["graph_edges"] or counts["graph_mentions"] or counts["graph_nodes"]:
-        db.bump_meta(conn, "graph.gen")
+        conn.meta.bump("graph.gen")
     counts["jobs"] = conn.execute("DELETE FROM jobs WHERE session_id = :s", params).rowcount
     # The cascade removes messages and chunks; the chunk triggers remove their FTS rows.
     counts["sessions"] = conn.execute("DELETE FROM sessions WHERE id = :s", params).rowcount
     # The in-memory matrices drop their rows on the next query; the HNSW snapshot may hold
     # these vectors, so it goes too (it is a cache, rebuilt later).
-    db.bump_meta(conn, "vectors.gen")
+    conn.meta.bump("vectors.gen")
     conn.execute("DELETE FROM ann_index")
 
 
-def _count(conn: sqlite3.Connection, sql: str, params: dict[str, Any]) -> int:
+def _count(conn: Tx, sql: str, params: dict[str, Any]) -> int:
     return int(conn.execute(sql, params).fetchone()[0])
 
 
-def _count_in(conn: sqlite3.Connection, table: str, column: str, ids: list[int]) -> int:
+def _count_in(conn: Tx, table: str, column: str, ids: list[int]) -> int:
     marks = ",".join("?" * len(ids))
     return int(
         conn.execute(f"SELECT count(*) FROM {table} WHERE {column} IN ({marks})", ids).fetchone()[0]
@@ -484,11 +483,11 @@ def _b64(value: Any) -> str:
     return base64.b64encode(bytes(value)).decode("ascii")
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+def _columns(conn: Tx, table: str) -> list[str]:
     return [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
 
 
-def _blob_columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+def _blob_columns(conn: Tx, table: str) -> frozenset[str]:
     return frozenset(
         str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')
         if str(r[2]).upper() == "BLOB"
@@ -566,7 +565,7 @@ def _count_data_lines(handle: IO[bytes]) -> int:
 class _Importer:
     """Validates and inserts one export line at a time, inside the caller's transaction."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Tx) -> None:
         self.conn = conn
         self.columns = {t: frozenset(_columns(conn, t)) for t in EXPORT_TABLES}
         self.blobs = {t: _blob_columns(conn, t) for t in EXPORT_TABLES}
@@ -766,7 +765,7 @@ def _import_lines(
     return {t: n for t, n in importer.counts.items()}
 
 
-def _require_empty(conn: sqlite3.Connection) -> None:
+def _require_empty(conn: Tx) -> None:
     for table, where in (
         ("sessions", ""),
         ("facts", ""),
@@ -785,7 +784,7 @@ def _require_empty(conn: sqlite3.Connection) -> None:
         )
 
 
-def _finish_import(conn: sqlite3.Connection, database: db.Database, importer: _Importer) -> None:
+def _finish_import(conn: Tx, database: db.Database, importer: _Importer) -> None:
     broken = conn.execute("PRAGMA foreign_key_check").fetchone()
     if broken is not None:
         table, rowid, parent = broken[0], broken[1], broken[2]
@@ -800,29 +799,29 @@ def _finish_import(conn: sqlite3.Connection, database: db.Database, importer: _I
         migrations.ensure_self_node(conn)
     for key in ("created_at", "created_by"):
         if key in importer.meta:
-            db.set_meta(conn, key, importer.meta[key])
+            conn.meta.set(key, importer.meta[key])
     imported_user = importer.meta.get("user_id")
     if imported_user is not None:
-        recorded = db.get_meta(conn, "user_id")
+        recorded = conn.meta.get("user_id")
         if recorded is not None and recorded != imported_user:
             raise ImportFormatError(
                 f"the export belongs to user {imported_user!r} but this store records user "
                 f"{recorded!r}; import it into that user's store"
             )
-        db.set_meta(conn, "user_id", imported_user)
+        conn.meta.set("user_id", imported_user)
     if database.fts_enabled:
         for table in FTS_TABLES:
             conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
-    if importer.max_embed_seq > db.get_meta_int(conn, "vectors.seq"):
-        db.set_meta(conn, "vectors.seq", importer.max_embed_seq)
+    if importer.max_embed_seq > conn.meta.get_int("vectors.seq"):
+        conn.meta.set("vectors.seq", importer.max_embed_seq)
     _record_vector_dims(conn)
-    db.bump_meta(conn, "vectors.gen")
-    db.bump_meta(conn, "graph.gen")
-    db.bump_meta(conn, "writes_since_consolidation")
-    db.log_event(conn, "import", rows=importer.rows, **importer.counts)
+    conn.meta.bump("vectors.gen")
+    conn.meta.bump("graph.gen")
+    conn.meta.bump("writes_since_consolidation")
+    conn.meta.log_event("import", rows=importer.rows, **importer.counts)
 
 
-def _record_vector_dims(conn: sqlite3.Connection) -> None:
+def _record_vector_dims(conn: Tx) -> None:
     """Record each imported model's dimension (``embedder.<label>.dim``, local meta the
     export leaves out) as the one most of its vectors have, as its first embedding would
     have: ``stats()`` counts embedded chunks against it, and a query vector of another
@@ -834,8 +833,8 @@ def _record_vector_dims(conn: sqlite3.Connection) -> None:
         "GROUP BY embedding_model, embedding_dim ORDER BY count(*) DESC, embedding_dim"
     ).fetchall():
         key = f"embedder.{label}.dim"
-        if db.get_meta(conn, key) is None:
-            db.set_meta(conn, key, int(dim))
+        if conn.meta.get(key) is None:
+            conn.meta.set(key, int(dim))
 
 
 __all__ = ["erase", "export", "import_"]

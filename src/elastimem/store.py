@@ -240,7 +240,7 @@ class Elastimem:
                 episodic.close_orphan(conn, session_id)
                 jobs.release_held_extracts(conn, session_id, self._owner, "session_end")
                 jobs.enqueue(conn, "session_summary", self._owner, session_id=session_id)
-                db.log_event(conn, "orphan_closed", session_id=session_id)
+                conn.meta.log_event("orphan_closed", session_id=session_id)
             jobs.recover(conn, self._owner, running_in_process(self._db.path))
 
     def _on_worker_wake(self) -> None:
@@ -254,7 +254,7 @@ class Elastimem:
             jobs.refresh_ownership(conn, self._owner)
 
     def _bump_writes(self, conn: Any) -> None:
-        db.bump_meta(conn, "writes_since_consolidation")
+        conn.meta.bump("writes_since_consolidation")
 
     def _ensure_session(self, conn: Any, at: str | None) -> int:
         if self._session_id is not None and episodic.is_open(conn, self._session_id):

@@ -93,7 +93,6 @@ def _mismatch(path: Path, recorded: str, user_id: str) -> ConfigError:
 
 def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
     """Open ``<root_dir>/<user_id>.db``, creating ``root_dir`` with mode 0o700."""
-    from .storage.sqlite.database import get_meta, set_meta
     from .store import Elastimem
 
     check_user_id(user_id)
@@ -112,14 +111,14 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
             # The store opened read-only (file or folder not writable): check the owner, but
             # an untagged file stays untagged; its writes raise the store's read-only error.
             with store._db.read() as conn:
-                recorded = get_meta(conn, "user_id")
+                recorded = conn.meta.get("user_id")
             if recorded is not None and recorded != user_id:
                 raise _mismatch(target, recorded, user_id)
             return store
         with store._db.atomic() as conn:
-            recorded = get_meta(conn, "user_id")
+            recorded = conn.meta.get("user_id")
             if recorded is None:
-                set_meta(conn, "user_id", user_id)
+                conn.meta.set("user_id", user_id)
             elif recorded != user_id:
                 raise _mismatch(target, recorded, user_id)
     except BaseException:

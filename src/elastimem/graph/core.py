@@ -63,8 +63,8 @@ from ..prompts import (
     parse_yes_no,
 )
 from ..runtime.gate import GateDenied
-from ..storage.sqlite.database import bump_meta
 from ..storage.sqlite.migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
+from ..storage.tx import Tx
 from ..text import STOPWORDS, collapse_whitespace, em_fold, sanitize, word_tokens
 from ..values import GraphTraversalStep
 
@@ -272,8 +272,8 @@ def _item_confidence(item: Mapping[str, Any], in_text: bool) -> float:
     return CONFIDENCE_IN_TEXT if in_text else CONFIDENCE_NOT_IN_TEXT
 
 
-def _bump_gen(conn: sqlite3.Connection) -> None:
-    bump_meta(conn, "graph.gen")
+def _bump_gen(conn: Tx) -> None:
+    conn.meta.bump("graph.gen")
 
 
 _warned: set[str] = set()
@@ -379,7 +379,7 @@ _NEWEST_FACT_COLUMNS = (
 )
 
 
-def _store_identity(conn: sqlite3.Connection) -> tuple[object, ...]:
+def _store_identity(conn: Tx) -> tuple[object, ...]:
     """(file, meta.created_at): in-memory stores all report "" as their file and are told
     apart by their creation time, which has microseconds."""
     try:
@@ -395,7 +395,7 @@ def _store_identity(conn: sqlite3.Connection) -> tuple[object, ...]:
 _identities: weakref.WeakKeyDictionary[Database, tuple[object, ...]] = weakref.WeakKeyDictionary()
 
 
-def _database_identity(database: Database, conn: sqlite3.Connection) -> tuple[object, ...]:
+def _database_identity(database: Database, conn: Tx) -> tuple[object, ...]:
     with _index_lock:
         identity = _identities.get(database)
     if identity is None:
@@ -406,7 +406,7 @@ def _database_identity(database: Database, conn: sqlite3.Connection) -> tuple[ob
 
 
 def _index_version(
-    conn: sqlite3.Connection, identity: tuple[object, ...] | None = None
+    conn: Tx, identity: tuple[object, ...] | None = None
 ) -> tuple[tuple[object, ...], str | None]:
     """(what identifies one store's name list, its ``graph.stamp``), read by one statement.
 
@@ -420,7 +420,7 @@ def _index_version(
     return (*identity, *names), None if stamp is None else str(stamp)
 
 
-def _build_index(conn: sqlite3.Connection) -> _NameIndex:
+def _build_index(conn: Tx) -> _NameIndex:
     index = _NameIndex()
     for node_id, node_type, name, aliases, label in conn.execute(
         "SELECT id, type, canonical_name, aliases, cluster_label FROM graph_nodes"
@@ -435,21 +435,21 @@ def _build_index(conn: sqlite3.Connection) -> _NameIndex:
     return index
 
 
-def _name_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _NameIndex:
+def _name_index(conn: Tx, identity: tuple[object, ...] | None = None) -> _NameIndex:
     """The cached name index of this store (``identity`` when the caller knows it), rebuilt
     when ``graph.gen`` (or the nodes) change."""
     return _names_and_stamp(conn, identity)[0]
 
 
 def _names_and_stamp(
-    conn: sqlite3.Connection, identity: tuple[object, ...] | None = None
+    conn: Tx, identity: tuple[object, ...] | None = None
 ) -> tuple[_NameIndex, str | None]:
     """``_name_index`` and the store's ``graph.stamp``, read in one statement."""
     version, stamp = _index_version(conn, identity)
     return _cached_names(conn, version), stamp
 
 
-def _cached_names(conn: sqlite3.Connection, version: tuple[object, ...]) -> _NameIndex:
+def _cached_names(conn: Tx, version: tuple[object, ...]) -> _NameIndex:
     with _index_lock:
         index = _index_cache.get(version)
         if index is not None:
@@ -464,7 +464,7 @@ def _cached_names(conn: sqlite3.Connection, version: tuple[object, ...]) -> _Nam
     return index
 
 
-def detect_seed_nodes(conn: sqlite3.Connection, text: object) -> list[int]:
+def detect_seed_nodes(conn: Tx, text: object) -> list[int]:
     """Ids of at most 5 nodes named in ``text`` at word boundaries, longest name first.
 
     A plain scan over folded canonical names and aliases, never the self node. A name matches
@@ -506,7 +506,7 @@ class _FactIndex:
         self.by_node_names: _NameIndex | None = None  # the name index ``by_node`` follows
         self.lock = threading.Lock()
 
-    def refresh(self, conn: sqlite3.Connection, newest: tuple[int, str, str] | None) -> None:
+    def refresh(self, conn: Tx, newest: tuple[int, str, str] | None) -> None:
         """Bring the index up to ``newest``, the (id, key, value) of the newest fact row."""
         with self.lock:
             if newest == self.top:
@@ -529,7 +529,7 @@ class _FactIndex:
             self.top = newest
 
     def naming(
-        self, conn: sqlite3.Connection, names: _NameIndex, nodes: Iterable[int]
+        self, conn: Tx, names: _NameIndex, nodes: Iterable[int]
     ) -> tuple[tuple[int, str, str] | None, dict[int, list[int]]]:
         """(the newest fact indexed, fact id → which of ``nodes`` it names), the nodes'
         names and aliases taken from ``names``."""
@@ -582,7 +582,7 @@ class _FactIndex:
 
 
 def _facts_with_phrases(
-    conn: sqlite3.Connection, candidates: Mapping[tuple[str, ...], set[int]]
+    conn: Tx, candidates: Mapping[tuple[str, ...], set[int]]
 ) -> dict[tuple[str, ...], frozenset[int]]:
     """phrase → the facts among its candidates whose key or value holds it in order."""
     ids = sorted(set().union(*candidates.values()))
@@ -632,7 +632,7 @@ def _live_facts_for(identity: tuple[object, ...], stamp: str) -> _LiveFacts:
     return found
 
 
-def _current_only(conn: sqlite3.Connection, ids: set[int]) -> set[int]:
+def _current_only(conn: Tx, ids: set[int]) -> set[int]:
     """``ids`` without superseded versions, when there are many of them.
 
     The fact index holds every version, and a long history makes a name's candidates
@@ -645,7 +645,7 @@ def _current_only(conn: sqlite3.Connection, ids: set[int]) -> set[int]:
     return ids & set(semantic.current_fact_ids(conn))
 
 
-def _fact_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = None) -> _FactIndex:
+def _fact_index(conn: Tx, identity: tuple[object, ...] | None = None) -> _FactIndex:
     """The fact index of this store (``identity`` when the caller knows it), brought up to
     date with the newest fact row."""
     identity = identity or _store_identity(conn)
@@ -665,13 +665,13 @@ def _fact_index(conn: sqlite3.Connection, identity: tuple[object, ...] | None = 
 # -- expansion ------------------------------------------------------------------------------
 
 
-def _self_id(conn: sqlite3.Connection) -> int:
+def _self_id(conn: Tx) -> int:
     row = conn.execute("SELECT id FROM graph_nodes WHERE type = 'self' LIMIT 1").fetchone()
     return int(row[0]) if row else -1
 
 
 def expand(
-    conn: sqlite3.Connection, seeds: Sequence[int], hops: int, *, self_id: int | None = None
+    conn: Tx, seeds: Sequence[int], hops: int, *, self_id: int | None = None
 ) -> dict[int, tuple[float, int]]:
     """node id → (strength, depth) for the nodes reached from ``seeds`` in ≤ ``hops`` steps.
 
@@ -684,7 +684,7 @@ def expand(
 
 
 def _walk(
-    conn: sqlite3.Connection, seeds: Sequence[int], hops: int, self_id: int | None
+    conn: Tx, seeds: Sequence[int], hops: int, self_id: int | None
 ) -> list[tuple[int, float, int]]:
     """``expand`` as rows (id, strength, depth), strongest first."""
     seeds = [int(s) for s in seeds]
@@ -746,7 +746,7 @@ def _strongest(rows: Iterable[Sequence[Any]]) -> list[tuple[int, float, int]]:
     return [(node_id, -neg, depth) for neg, depth, node_id in ranked]
 
 
-def _seed_rows(conn: sqlite3.Connection, seeds: list[int]) -> list[tuple[int, float, int]]:
+def _seed_rows(conn: Tx, seeds: list[int]) -> list[tuple[int, float, int]]:
     """The fallback walk: the seeds alone, at their confidence (0.5 if even that fails)."""
     marks = ",".join("?" * len(seeds))
     try:
@@ -814,7 +814,7 @@ class _Neighbourhoods:
         # walk answers otherwise (rows written by hand).
         self.exact = True
 
-    def _load_nodes(self, conn: sqlite3.Connection, nodes: Sequence[int]) -> bool:
+    def _load_nodes(self, conn: Tx, nodes: Sequence[int]) -> bool:
         """Read the confidence and edges of ``nodes``; False (nothing kept) when not
         ``filling`` or the store's stamp is not this one."""
         if not self.filling:
@@ -866,7 +866,7 @@ class _Neighbourhoods:
             self.exact = self.exact and exact
         return True
 
-    def _load_all(self, conn: sqlite3.Connection) -> None:
+    def _load_all(self, conn: Tx) -> None:
         """Read every node's confidence and every edge, once per stamp, when the graph is
         small enough; nothing kept if the store's stamp is not this one."""
         self.full_read_tried = True
@@ -887,7 +887,7 @@ class _Neighbourhoods:
         self.complete = self._keep(rows, (), both_ends=True)
 
     def walk(
-        self, conn: sqlite3.Connection, seeds: Sequence[int], hops: int
+        self, conn: Tx, seeds: Sequence[int], hops: int
     ) -> list[tuple[int, float, int]] | None:
         """``_walk`` from the kept edges (reading those of nodes not kept yet); None when
         the SQL walk must answer instead."""
@@ -944,16 +944,14 @@ class _Neighbourhoods:
         ranked = sorted(best.values())[:MAX_REACHED]
         return [(node_id, -neg, depth) for neg, depth, node_id in ranked]
 
-    def mentions_of(
-        self, conn: sqlite3.Connection, nodes: Iterable[int]
-    ) -> dict[int, tuple[int, ...]] | None:
+    def mentions_of(self, conn: Tx, nodes: Iterable[int]) -> dict[int, tuple[int, ...]] | None:
         """node → the chunks that mention it, newest first; None when a read was needed
         and not ``filling``, or the store's stamp is not this one."""
         found = self._mentions(conn, nodes)
         return None if found is None else found[0]
 
     def _mentions(
-        self, conn: sqlite3.Connection, nodes: Iterable[int]
+        self, conn: Tx, nodes: Iterable[int]
     ) -> tuple[dict[int, tuple[int, ...]], Mapping[int, list[int]]] | None:
         """``mentions_of``, and chunk → the kept nodes that mention it (every one of
         ``nodes`` among them), taken together: the bound can start both over meanwhile."""
@@ -1102,7 +1100,7 @@ class Signal:
         return ordered
 
     def chunk_scores(
-        self, conn: sqlite3.Connection, chunk_ids: list[int]
+        self, conn: Tx, chunk_ids: list[int]
     ) -> dict[int, tuple[float, tuple[str, ...]]]:
         """chunk id → (g, sorted names of the reached nodes it mentions)."""
         reached = list(self._strength)
@@ -1145,9 +1143,7 @@ class Signal:
         g = max(strength[node_id] for node_id in nodes)
         return g, tuple(sorted({names[node_id][0] for node_id in nodes}))
 
-    def extra_chunks(
-        self, conn: sqlite3.Connection, filters: Filters, limit: int
-    ) -> list[tuple[int, float]]:
+    def extra_chunks(self, conn: Tx, filters: Filters, limit: int) -> list[tuple[int, float]]:
         """The best ``limit`` chunks linked to reached nodes, by (−g, −id), filters in SQL.
 
         A chunk's g is its strongest reached node, so the strongest nodes are asked first,
@@ -1186,7 +1182,7 @@ class Signal:
 
     @staticmethod
     def _grouped(
-        conn: sqlite3.Connection,
+        conn: Tx,
         levels: list[tuple[float, list[int]]],
         join: str,
         where: str,
@@ -1248,7 +1244,7 @@ class Signal:
         return self._score(found)
 
     def fact_candidates(
-        self, conn: sqlite3.Connection, filters: Filters
+        self, conn: Tx, filters: Filters
     ) -> dict[int, tuple[float, tuple[str, ...]]]:
         """fact id → (g, names) for the facts passing ``filters`` that name a reached node.
 
@@ -1270,9 +1266,7 @@ class Signal:
                 return found
         return self._lifted(conn, filters, _fact_index(conn, self._identity)) or {}
 
-    def _kept_facts(
-        self, conn: sqlite3.Connection
-    ) -> dict[int, tuple[float, tuple[str, ...]]] | None:
+    def _kept_facts(self, conn: Tx) -> dict[int, tuple[float, tuple[str, ...]]] | None:
         """``fact_candidates`` without date filters, from the ids of the live facts kept
         under the store's ``facts.stamp`` (None: ask SQL). While the stamp holds, no fact
         was added, removed, superseded or archived, so the fact index as it was brought up
@@ -1313,7 +1307,7 @@ class Signal:
 
     def _lifted(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         filters: Filters,
         index: _FactIndex,
         *,
@@ -1373,7 +1367,7 @@ def _newest(lists: Iterable[tuple[int, ...]], count: int, skip: Collection[int])
 
 
 def _kept_extra(
-    conn: sqlite3.Connection,
+    conn: Tx,
     kept: _Neighbourhoods,
     ordered: list[tuple[float, list[int]]],
     limit: int,
@@ -1414,7 +1408,7 @@ def _kept_extra(
 
 
 def build_signal(
-    database: Database, text: object, hops: int, *, conn: sqlite3.Connection | None = None
+    database: Database, text: object, hops: int, *, conn: Tx | None = None
 ) -> Signal | None:
     """The graph signal of one query, or None when no node is named in it.
 
@@ -1434,7 +1428,7 @@ def build_signal(
 
 
 def _signal(
-    conn: sqlite3.Connection,
+    conn: Tx,
     tokens: Sequence[str],
     hops: int,
     *,
@@ -1463,7 +1457,7 @@ def _signal(
 
 
 def _node_names(
-    conn: sqlite3.Connection, index: _NameIndex, ids: list[int]
+    conn: Tx, index: _NameIndex, ids: list[int]
 ) -> Mapping[int, tuple[str, str | None]]:
     """(canonical name, label) of each id: from the index, read for any it lacks (a node
     inserted by a writer that did not bump ``graph.gen``)."""
@@ -1495,9 +1489,7 @@ class _WriteState:
     alias_map: dict[str, list[tuple[int, str, int]]] | None = None
 
 
-def _alias_lookup(
-    conn: sqlite3.Connection, state: _WriteState, canonical: str
-) -> list[tuple[int, str, int]]:
+def _alias_lookup(conn: Tx, state: _WriteState, canonical: str) -> list[tuple[int, str, int]]:
     """Nodes that carry ``canonical`` as an alias (e.g. a merged-away name): (id, type, count)."""
     if state.alias_map is None:
         mapping: dict[str, list[tuple[int, str, int]]] = {}
@@ -1516,7 +1508,7 @@ def _alias_lookup(
 
 
 def upsert_node(
-    conn: sqlite3.Connection,
+    conn: Tx,
     name: object,
     node_type: object = DEFAULT_TYPE,
     confidence: float = CONFIDENCE_NOT_IN_TEXT,
@@ -1597,7 +1589,7 @@ def upsert_node(
 
 
 def upsert_edge(
-    conn: sqlite3.Connection,
+    conn: Tx,
     source_id: int,
     target_id: int,
     relation: object,
@@ -1667,7 +1659,7 @@ def _fts_phrase(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _backfill_mentions(conn: sqlite3.Connection, node_id: int, name: str, now: str) -> None:
+def _backfill_mentions(conn: Tx, node_id: int, name: str, now: str) -> None:
     if not _tokens(name):
         return
     try:
@@ -1682,14 +1674,14 @@ def _backfill_mentions(conn: sqlite3.Connection, node_id: int, name: str, now: s
         logger.debug("FTS phrase link for a new node failed: %s", exc)
 
 
-def _mention(conn: sqlite3.Connection, node_id: int, chunk_ids: Iterable[int], now: str) -> None:
+def _mention(conn: Tx, node_id: int, chunk_ids: Iterable[int], now: str) -> None:
     conn.executemany(
         "INSERT OR IGNORE INTO graph_mentions (node_id, chunk_id, created_at) VALUES (?, ?, ?)",
         [(node_id, cid, now) for cid in chunk_ids],
     )
 
 
-def delete_nodes(conn: sqlite3.Connection, node_ids: Sequence[int]) -> int:
+def delete_nodes(conn: Tx, node_ids: Sequence[int]) -> int:
     """Delete nodes (their edges and mentions cascade); returns the count.
 
     The label of a cluster that loses a member is cleared first (§5.7: "a label survives
@@ -1708,7 +1700,7 @@ def delete_nodes(conn: sqlite3.Connection, node_ids: Sequence[int]) -> int:
     return deleted
 
 
-def enforce_caps(conn: sqlite3.Connection, node_cap: int, edge_cap: int) -> tuple[int, int]:
+def enforce_caps(conn: Tx, node_cap: int, edge_cap: int) -> tuple[int, int]:
     """Delete the lowest non-self nodes, then the lowest edges, down to the caps."""
     nodes_over = int(
         conn.execute("SELECT count(*) FROM graph_nodes WHERE type <> 'self'").fetchone()[0]
@@ -1739,7 +1731,7 @@ def enforce_caps(conn: sqlite3.Connection, node_cap: int, edge_cap: int) -> tupl
 
 
 def store_extraction(
-    conn: sqlite3.Connection,
+    conn: Tx,
     entities: Iterable[Any],
     relationships: Iterable[Any],
     chunk_rows: Sequence[tuple[int, str]],
@@ -1839,7 +1831,7 @@ def store_extraction(
     }
 
 
-def link_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int], *,
+def link_chunks(conn: Tx, chunk_ids: Sequence[int], *,
                 now: str | None = None) -> int:  # fmt: skip
     """The link job (§5.7): mention every known name or alias that appears in these chunks.
 
@@ -1879,7 +1871,7 @@ def link_chunks(conn: sqlite3.Connection, chunk_ids: Sequence[int], *,
     return inserted
 
 
-def has_nodes(conn: sqlite3.Connection) -> bool:
+def has_nodes(conn: Tx) -> bool:
     row = conn.execute("SELECT 1 FROM graph_nodes WHERE type <> 'self' LIMIT 1").fetchone()
     return row is not None
 
@@ -1888,7 +1880,7 @@ def has_nodes(conn: sqlite3.Connection) -> bool:
 
 
 def apply_decay(
-    conn: sqlite3.Connection, half_life_days: float, threshold: float, *, now: Any = None
+    conn: Tx, half_life_days: float, threshold: float, *, now: Any = None
 ) -> dict[str, int]:
     """Delete edges, then non-self nodes, whose ``confidence·r(age, h)`` fell below threshold.
 
@@ -1936,7 +1928,7 @@ class _Node:
     updated_at: str
 
 
-def _load_node(conn: sqlite3.Connection, node_id: int) -> _Node | None:
+def _load_node(conn: Tx, node_id: int) -> _Node | None:
     row = conn.execute(
         "SELECT id, type, canonical_name, aliases, confidence, mention_count, created_at, "
         "updated_at FROM graph_nodes WHERE id = ?",
@@ -1948,7 +1940,7 @@ def _load_node(conn: sqlite3.Connection, node_id: int) -> _Node | None:
                  float(row[4]), int(row[5]), str(row[6]), str(row[7]))  # fmt: skip
 
 
-def _fold_edge_into(conn: sqlite3.Connection, keep: int, drop: int) -> None:
+def _fold_edge_into(conn: Tx, keep: int, drop: int) -> None:
     rows = {
         int(r[0]): r
         for r in conn.execute(
@@ -1971,7 +1963,7 @@ def _fold_edge_into(conn: sqlite3.Connection, keep: int, drop: int) -> None:
     )  # fmt: skip
 
 
-def fold_nodes(conn: sqlite3.Connection, a: int, b: int) -> int | None:
+def fold_nodes(conn: Tx, a: int, b: int) -> int | None:
     """Fold two nodes into one (§5.7 Fold) and return the survivor's id.
 
     The survivor has more mentions (the older id on a tie) and takes the loser's name and
@@ -2036,7 +2028,7 @@ def fold_nodes(conn: sqlite3.Connection, a: int, b: int) -> int | None:
     return survivor.id
 
 
-def dedupe_exact(conn: sqlite3.Connection) -> int:
+def dedupe_exact(conn: Tx) -> int:
     """Deterministic dedupe: fold each ``entity`` node into the specific-typed node of the
     same canonical name (the most-mentioned one if there are several). Returns folds made."""
     pairs = conn.execute(
@@ -2061,7 +2053,7 @@ def _merge_tokens(name: str) -> set[str]:
 
 
 def merge_candidates(
-    conn: sqlite3.Connection, review_window_days: float, *, now: Any = None
+    conn: Tx, review_window_days: float, *, now: Any = None
 ) -> list[tuple[_Node, _Node]]:
     """Unreviewed pairs worth asking about, oldest first (by larger id, then smaller id).
 
@@ -2184,7 +2176,7 @@ def merge_duplicates(
     return stats
 
 
-def components(conn: sqlite3.Connection) -> dict[int, set[int]]:
+def components(conn: Tx) -> dict[int, set[int]]:
     """Connected components of ≥ 2 nodes over edges that do not touch the self node, keyed
     by their smallest member id (union-find)."""
     parent: dict[int, int] = {}
@@ -2211,7 +2203,7 @@ def components(conn: sqlite3.Connection) -> dict[int, set[int]]:
     return {min(m): m for m in members.values() if len(m) >= 2}
 
 
-def compute_clusters(conn: sqlite3.Connection) -> int:
+def compute_clusters(conn: Tx) -> int:
     """Store the clusters: connected components (≥ 2 nodes), the self node excluded.
 
     ``cluster_id`` is the smallest member id. A label survives only while the member set is
@@ -2306,7 +2298,7 @@ def label_clusters(
     return labelled
 
 
-def list_clusters(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def list_clusters(conn: Tx) -> list[dict[str, Any]]:
     """``{cluster_id, label, members}`` (members: sorted canonical names), largest first."""
     groups: dict[int, dict[str, Any]] = {}
     for cluster_id, label, name in conn.execute(
@@ -2361,7 +2353,7 @@ def consolidate_labels(services: Any) -> dict[str, int]:
 # -- timeline -------------------------------------------------------------------------------
 
 
-def timeline_key(conn: sqlite3.Connection, text: object) -> str | None:
+def timeline_key(conn: Tx, text: object) -> str | None:
     """A fact key for a question the fact search could not resolve, through the graph.
 
     Conservative: the query's seeds first, then their direct neighbours (never through the

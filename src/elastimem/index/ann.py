@@ -23,7 +23,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
@@ -32,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from ..clock import now_ts
-from ..storage.sqlite.database import Database, get_meta_int
+from ..storage.sqlite.database import Database
+from ..storage.tx import Tx
 
 logger = logging.getLogger("elastimem")
 
@@ -204,7 +204,7 @@ def search_width(size: int) -> int:
 
 
 def _blocks(
-    conn: sqlite3.Connection, label: str, dim: int, after_id: int
+    conn: Tx, label: str, dim: int, after_id: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     # The unary ``+`` keeps SQLite off idx_chunks_embedding: through it, every block would
     # read and sort all the matching rows (1.5 GB at 1M) to return the next 8192 by id;
@@ -228,8 +228,8 @@ def build(database: Database, label: str, dim: int) -> AnnIndex:
     a ``gen`` that moves during the build makes the result stale, and the caller drops it.
     """
     with database.read() as conn:
-        gen = get_meta_int(conn, "vectors.gen")
-        seq = get_meta_int(conn, "vectors.seq")
+        gen = conn.meta.get_int("vectors.gen")
+        seq = conn.meta.get_int("vectors.seq")
     ann = AnnIndex(label, dim, gen, seq)
     last_id = 0
     while True:
@@ -243,7 +243,7 @@ def build(database: Database, label: str, dim: int) -> AnnIndex:
     return ann
 
 
-def load_snapshot(conn: sqlite3.Connection, label: str, dim: int) -> AnnIndex | None:
+def load_snapshot(conn: Tx, label: str, dim: int) -> AnnIndex | None:
     """The persisted index for ``(label, dim)`` if its ``gen`` is current, else None."""
     row = conn.execute(
         "SELECT seq, gen, data FROM ann_index WHERE label = ? AND dim = ?", (label, dim)
@@ -251,7 +251,7 @@ def load_snapshot(conn: sqlite3.Connection, label: str, dim: int) -> AnnIndex | 
     if row is None:
         return None
     seq, gen, data = int(row[0]), int(row[1]), row[2]
-    if gen != get_meta_int(conn, "vectors.gen"):
+    if gen != conn.meta.get_int("vectors.gen"):
         return None
     try:
         return AnnIndex.from_bytes(label, dim, gen, seq, bytes(data))
@@ -276,7 +276,7 @@ def save_snapshot(
         )
         return False
     with database.atomic() as conn:
-        if get_meta_int(conn, "vectors.gen") != gen:
+        if conn.meta.get_int("vectors.gen") != gen:
             return False  # an erase or re-embed happened meanwhile: never resurrect it
         conn.execute(
             "INSERT OR REPLACE INTO ann_index (label, dim, seq, gen, data, built_at) "

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..storage.sqlite.database import FTS_TOKENIZER
+from ..storage.tx import Tx
 
 logger = logging.getLogger("elastimem")
 
@@ -151,7 +152,7 @@ class _Preloaded:
         ).merged()
 
 
-def _read_all_postings(conn: sqlite3.Connection, vocab: str) -> _Preloaded:
+def _read_all_postings(conn: Tx, vocab: str) -> _Preloaded:
     """Every (term, row, frequency) of the table behind ``vocab``, in one ordered pass.
 
     fts5vocab returns the rows grouped by term, so a term's postings are one run; the run
@@ -286,7 +287,7 @@ class KeywordIndex:
 
     def top(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         terms: list[str],
         limit: int,
         *,
@@ -324,7 +325,7 @@ class KeywordIndex:
                 self._reset()
             return None
 
-    def answers(self, conn: sqlite3.Connection) -> bool:
+    def answers(self, conn: Tx) -> bool:
         """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
         work it only does for the index (one rowid lookup)."""
         try:
@@ -332,7 +333,7 @@ class KeywordIndex:
         except (sqlite3.Error, ValueError):
             return False
 
-    def prime(self, conn: sqlite3.Connection) -> None:
+    def prime(self, conn: Tx) -> None:
         """Load what every query needs (the row lengths) and, for a table of up to
         ``PRELOAD_MAX_POSTINGS`` tokens, every posting. ``conn`` must be inside one read
         snapshot; queries go on meanwhile (the pass runs outside the lock)."""
@@ -390,7 +391,7 @@ class KeywordIndex:
 
     # -- keeping in sync ----------------------------------------------------------------------
 
-    def _read_state(self, conn: sqlite3.Connection) -> tuple[bytes, bytes, bytes]:
+    def _read_state(self, conn: Tx) -> tuple[bytes, bytes, bytes]:
         """FTS5's ``(averages, structure)`` records (ids 1 and 10 of its ``_data`` table),
         and the store's erase count (``meta erase.gen``), in one statement.
 
@@ -411,7 +412,7 @@ class KeywordIndex:
             for i in (_AVERAGES_ID, _STRUCTURE_ID, _ERASE_GEN_ID)
         )
 
-    def _sync(self, conn: sqlite3.Connection, state: tuple[bytes, bytes, bytes]) -> bool:
+    def _sync(self, conn: Tx, state: tuple[bytes, bytes, bytes]) -> bool:
         if self._loaded and state == self._state:
             return True
         rows, total = _decode_averages(state[0])
@@ -428,7 +429,7 @@ class KeywordIndex:
         self._loaded = True
         return True
 
-    def _append(self, conn: sqlite3.Connection, rows: int, total: int) -> bool:
+    def _append(self, conn: Tx, rows: int, total: int) -> bool:
         """Take in rows added after the last one cached; False if that is not the change."""
         new = conn.execute(self.table.new_rows_sql, (self._max_id, APPEND_LIMIT + 1)).fetchall()
         if not new or len(new) > APPEND_LIMIT or rows != self._rows + len(new):
@@ -455,7 +456,7 @@ class KeywordIndex:
         self._max_id = int(new[-1][0])
         return True
 
-    def _catch_up(self, conn: sqlite3.Connection, preloaded: _Preloaded) -> None:
+    def _catch_up(self, conn: Tx, preloaded: _Preloaded) -> None:
         """Add to ``recent`` the rows appended while the preload was being read."""
         assert preloaded.catch_up is not None
         after, up_to = preloaded.catch_up
@@ -468,7 +469,7 @@ class KeywordIndex:
                 preloaded.recent_count += 1
         preloaded.catch_up = None
 
-    def _load_lengths(self, conn: sqlite3.Connection) -> int:
+    def _load_lengths(self, conn: Tx) -> int:
         """Every row's length in tokens from FTS5's docsize table; returns the count."""
         ids: list[int] = []
         lengths: list[int] = []
@@ -495,7 +496,7 @@ class KeywordIndex:
         """The one token FTS5 makes of each term; None where it makes several (a phrase)."""
         return self._terms.tokens(terms)
 
-    def _postings_for(self, conn: sqlite3.Connection, tokens: list[str]) -> dict[str, _Postings]:
+    def _postings_for(self, conn: Tx, tokens: list[str]) -> dict[str, _Postings]:
         """Each token's postings: cached, or read from the index, one statement per token
         (rows for one term come in doc order, so SQLite groups them without sorting; an IN
         over several terms sorted every instance: 3 s -> 8 s on a 10 MB message's chunks)."""
@@ -540,7 +541,7 @@ class KeywordIndex:
 
     def _score(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         tokens: list[str],
         limit: int,
         exclude: Collection[int],
@@ -615,7 +616,7 @@ def _costly_to_read(rows: int, instances: int) -> bool:
     return instances > READ_INSTANCES_FREELY and instances > INSTANCES_PER_ROW * rows
 
 
-def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str, kind: str = "instance") -> None:
+def _ensure_vocab(conn: Tx, vocab: str, table: str, kind: str = "instance") -> None:
     """Create this connection's fts5vocab table over ``table`` (temp: never in the file)."""
     try:
         conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
@@ -686,7 +687,7 @@ class KeywordIndexes:
     def wants_preload(self) -> bool:
         return self.chunks.wants_preload or self.facts.wants_preload
 
-    def prime(self, conn: sqlite3.Connection) -> None:
+    def prime(self, conn: Tx) -> None:
         self.chunks.prime(conn)
         self.facts.prime(conn)
 

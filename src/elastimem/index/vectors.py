@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +42,8 @@ import numpy as np
 
 from ..config import ElastimemConfig
 from ..retrieval.rank import Filters
-from ..storage.sqlite.database import Database, get_meta, get_meta_int
+from ..storage.sqlite.database import Database
+from ..storage.tx import Tx
 from . import ann as ann_module
 from . import quantized
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
@@ -235,7 +235,7 @@ class EmbeddingSource:
         return vector
 
 
-def passage_texts(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> list[str]:
+def passage_texts(conn: Tx, rows: Sequence[tuple[Any, ...]]) -> list[str]:
     """The text the embed job embeds for each ``(id, text)`` row (see PASSAGE_CONTEXT_CHARS).
 
     The chunk's own text, then the text of the chunk before it in the same session, cut
@@ -280,7 +280,7 @@ def exact_scores(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.add.reduce(products, axis=1)
 
 
-def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
+def _counters(conn: Tx) -> tuple[int, int]:
     """``vectors.gen`` and ``vectors.seq`` in one read."""
     rows = conn.execute("SELECT key, value FROM meta WHERE key IN ('vectors.gen', 'vectors.seq')")
     values = dict(rows.fetchall())
@@ -395,7 +395,7 @@ class VectorIndex:
 
     # -- numpy: sync -------------------------------------------------------------------------
 
-    def _sync(self, conn: sqlite3.Connection, label: str, dim: int, gen: int, seq: int) -> None:
+    def _sync(self, conn: Tx, label: str, dim: int, gen: int, seq: int) -> None:
         if label != self._label or dim != self._dim or gen != self._gen:
             self._warn_if_other_models(conn, label, dim)
             self._reset(label, dim)
@@ -414,7 +414,7 @@ class VectorIndex:
             self._load_rows(conn, label, dim, after_seq=self._seq)
             self._seq = seq
 
-    def _warn_if_other_models(self, conn: sqlite3.Connection, label: str, dim: int) -> None:
+    def _warn_if_other_models(self, conn: Tx, label: str, dim: int) -> None:
         """Warn once per active ``(label, dim)`` when vectors of another model are stored.
 
         They are never mixed in (every query filters on label and dimension), so recall
@@ -452,9 +452,7 @@ class VectorIndex:
         self._sessions = _grow(self._sessions, rows)
         self._created = _grow(self._created, rows)
 
-    def _load_rows(
-        self, conn: sqlite3.Connection, label: str, dim: int, after_seq: int | None
-    ) -> None:
+    def _load_rows(self, conn: Tx, label: str, dim: int, after_seq: int | None) -> None:
         params: list[object] = [label, dim]
         if after_seq is None:
             # A full load walks the table in rowid order (the unary ``+`` keeps SQLite off
@@ -541,7 +539,7 @@ class VectorIndex:
 
     def search(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         query: np.ndarray,
         label: str,
         filters: Filters,
@@ -552,7 +550,7 @@ class VectorIndex:
 
     def start_search(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         query: np.ndarray,
         label: str,
         filters: Filters,
@@ -601,7 +599,7 @@ class VectorIndex:
 
     def _answer_now(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         query: np.ndarray,
         label: str,
         dim: int,
@@ -638,7 +636,7 @@ class VectorIndex:
 
     def _exact_top(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         rows: np.ndarray,
         query: np.ndarray,
         coded: quantized.QueryCode,
@@ -668,9 +666,7 @@ class VectorIndex:
 
     # -- HNSW --------------------------------------------------------------------------------
 
-    def _wants_ann(
-        self, conn: sqlite3.Connection, label: str, dim: int, gen: int, seq: int
-    ) -> bool:
+    def _wants_ann(self, conn: Tx, label: str, dim: int, gen: int, seq: int) -> bool:
         backend = self._config.vector_backend
         if backend == "numpy":
             return False
@@ -694,9 +690,7 @@ class VectorIndex:
             return True
         return self._current_count(conn, label, dim, gen, seq) >= self._config.ann_min_rows
 
-    def _current_count(
-        self, conn: sqlite3.Connection, label: str, dim: int, gen: int, seq: int
-    ) -> int:
+    def _current_count(self, conn: Tx, label: str, dim: int, gen: int, seq: int) -> int:
         """Rows with the active label/dim; recounted per gen, topped up per seq (cheap)."""
         key = (label, dim, gen)
         base = "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?"
@@ -711,7 +705,7 @@ class VectorIndex:
 
     def _search_ann(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         query: np.ndarray,
         label: str,
         dim: int,
@@ -743,7 +737,7 @@ class VectorIndex:
 
     def _ann_query(
         self,
-        conn: sqlite3.Connection,
+        conn: Tx,
         ann: ann_module.AnnIndex,
         query: np.ndarray,
         label: str,
@@ -772,7 +766,7 @@ class VectorIndex:
             fetch *= 2
         return self._exact_top(conn, rows.astype(np.int64), query, coded, label, n)
 
-    def _ann_top_up(self, conn: sqlite3.Connection, ann: ann_module.AnnIndex, seq: int) -> None:
+    def _ann_top_up(self, conn: Tx, ann: ann_module.AnnIndex, seq: int) -> None:
         cursor = conn.execute(
             "SELECT id, session_id, created_at, embedding FROM chunks WHERE embedding_model = ? "
             "AND embedding_dim = ? AND embedding IS NOT NULL AND embed_seq > ? ORDER BY id",
@@ -872,7 +866,7 @@ class VectorIndex:
 
 
 def _search_streaming(
-    conn: sqlite3.Connection, query: np.ndarray, label: str, dim: int, filters: Filters, n: int
+    conn: Tx, query: np.ndarray, label: str, dim: int, filters: Filters, n: int
 ) -> list[tuple[int, float]]:
     """Exact top ``n`` without a resident matrix: 4096-row blocks, filters in SQL."""
     where, params = filters.chunk_sql("c")
@@ -895,9 +889,7 @@ def _search_streaming(
     return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
 
-def _read_vectors(
-    conn: sqlite3.Connection, ids: np.ndarray, label: str, dim: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _read_vectors(conn: Tx, ids: np.ndarray, label: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """The stored float32 vectors of ``ids`` (rows of another model or size are left out)."""
     found: list[int] = []
     blobs: list[bytes] = []
@@ -958,7 +950,7 @@ def _filter_mask(sessions: np.ndarray, created: np.ndarray, filters: Filters) ->
 
 
 def write_vectors(
-    conn: sqlite3.Connection,
+    conn: Tx,
     chunk_ids: list[int],
     matrix: np.ndarray,
     label: str,
@@ -973,10 +965,9 @@ def write_vectors(
     ``texts`` are the chunks' own texts as they were read for embedding: a row whose text
     differs now is skipped (see below).
     """
-    from ..storage.sqlite.database import bump_meta, set_meta
 
     dim = int(matrix.shape[1])
-    seq = get_meta_int(conn, "vectors.seq")
+    seq = conn.meta.get_int("vectors.seq")
     replaced = False
     written = 0
     for index, (chunk_id, vector) in enumerate(zip(chunk_ids, matrix)):
@@ -998,9 +989,9 @@ def write_vectors(
         )
         written += 1
     if written:
-        set_meta(conn, "vectors.seq", seq)
-    if get_meta(conn, f"embedder.{label}.dim") != str(dim):
-        set_meta(conn, f"embedder.{label}.dim", dim)
+        conn.meta.set("vectors.seq", seq)
+    if conn.meta.get(f"embedder.{label}.dim") != str(dim):
+        conn.meta.set(f"embedder.{label}.dim", dim)
     if replaced:
-        bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
     return written

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 import re
 import socket
-import sqlite3
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
 from ..clock import now_ts, parse_moment, ts_minus
-from ..storage.sqlite.database import get_meta_int, set_meta
+from ..storage.tx import Tx
 from ..text import collapse_whitespace
 
 TITLE_LIMIT = 80
@@ -231,31 +230,29 @@ def _join_greedy(items: list[str], limit: int) -> list[str]:
 # -- sessions ---------------------------------------------------------------------------------
 
 
-def open_session(
-    conn: sqlite3.Connection, owner: Owner, *, at: str | None, host_tag: str | None
-) -> int:
+def open_session(conn: Tx, owner: Owner, *, at: str | None, host_tag: str | None) -> int:
     now = now_ts()
     highest = conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
-    session_id = max(int(highest or 0), get_meta_int(conn, SESSION_ID_HIGH_WATER)) + 1
+    session_id = max(int(highest or 0), conn.meta.get_int(SESSION_ID_HIGH_WATER)) + 1
     conn.execute(
         "INSERT INTO sessions (id, started_at, host_tag, owner_pid, owner_host, heartbeat_at, "
         "backdated) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (session_id, at or now, host_tag, owner.pid, owner.host, now, 1 if at else 0),
     )
-    set_meta(conn, SESSION_ID_HIGH_WATER, session_id)
+    conn.meta.set(SESSION_ID_HIGH_WATER, session_id)
     return session_id
 
 
-def exists(conn: sqlite3.Connection, session_id: int) -> bool:
+def exists(conn: Tx, session_id: int) -> bool:
     return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
 
 
-def is_open(conn: sqlite3.Connection, session_id: int) -> bool:
+def is_open(conn: Tx, session_id: int) -> bool:
     row = conn.execute("SELECT ended_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
     return row is not None and row[0] is None
 
 
-def close_session(conn: sqlite3.Connection, session_id: int) -> bool:
+def close_session(conn: Tx, session_id: int) -> bool:
     """End a session (§5.9 step 3). Returns False when it was not open."""
     row = conn.execute(
         "SELECT ended_at, backdated, started_at FROM sessions WHERE id = ?", (session_id,)
@@ -270,7 +267,7 @@ def close_session(conn: sqlite3.Connection, session_id: int) -> bool:
     return True
 
 
-def close_orphan(conn: sqlite3.Connection, session_id: int) -> None:
+def close_orphan(conn: Tx, session_id: int) -> None:
     """Close a session left open by a dead process: it ends at its last message."""
     row = conn.execute("SELECT started_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if row is None:
@@ -279,7 +276,7 @@ def close_orphan(conn: sqlite3.Connection, session_id: int) -> None:
     _finish_session_row(conn, session_id, ended_at)
 
 
-def _finish_session_row(conn: sqlite3.Connection, session_id: int, ended_at: str) -> None:
+def _finish_session_row(conn: Tx, session_id: int, ended_at: str) -> None:
     first_user = conn.execute(
         "SELECT content FROM messages WHERE session_id = ? AND role = 'user' "
         "ORDER BY turn, id LIMIT 1",
@@ -293,18 +290,18 @@ def _finish_session_row(conn: sqlite3.Connection, session_id: int, ended_at: str
     )
 
 
-def _last_message_time(conn: sqlite3.Connection, session_id: int) -> str | None:
+def _last_message_time(conn: Tx, session_id: int) -> str | None:
     row = conn.execute(
         "SELECT max(created_at) FROM messages WHERE session_id = ?", (session_id,)
     ).fetchone()
     return str(row[0]) if row and row[0] else None
 
 
-def heartbeat(conn: sqlite3.Connection, session_id: int) -> None:
+def heartbeat(conn: Tx, session_id: int) -> None:
     conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (now_ts(), session_id))
 
 
-def clear_owner(conn: sqlite3.Connection, session_id: int) -> None:
+def clear_owner(conn: Tx, session_id: int) -> None:
     conn.execute(
         "UPDATE sessions SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (session_id,)
     )
@@ -330,7 +327,7 @@ def owner_is_gone(pid: int | None, host: str | None, stamp: str | None, me: Owne
     return stamp is None or stamp < ts_minus(ORPHAN_HEARTBEAT_SECONDS)
 
 
-def find_orphans(conn: sqlite3.Connection, me: Owner, siblings_open: bool = False) -> list[int]:
+def find_orphans(conn: Tx, me: Owner, siblings_open: bool = False) -> list[int]:
     """Open sessions to close at open (§6). ``siblings_open``: other instances of this
     process have the file open; then no session of this pid is an orphan (a sibling may be
     inside a long job that holds its heartbeat back)."""
@@ -356,7 +353,7 @@ def find_orphans(conn: sqlite3.Connection, me: Owner, siblings_open: bool = Fals
 
 
 def insert_turn(
-    conn: sqlite3.Connection,
+    conn: Tx,
     session_id: int,
     user: str,
     assistant: str,
@@ -402,9 +399,7 @@ def insert_turn(
     return TurnRecord(session_id, turn, tuple(message_ids), tuple(chunk_ids), at)
 
 
-def raise_chunk_importance(
-    conn: sqlite3.Connection, chunk_ids: tuple[int, ...] | list[int], floor: float
-) -> None:
+def raise_chunk_importance(conn: Tx, chunk_ids: tuple[int, ...] | list[int], floor: float) -> None:
     if chunk_ids:
         marks = ",".join("?" * len(chunk_ids))
         conn.execute(
@@ -416,7 +411,7 @@ def raise_chunk_importance(
 # -- reading ----------------------------------------------------------------------------------
 
 
-def list_sessions(conn: sqlite3.Connection, n: int) -> list[dict[str, object]]:
+def list_sessions(conn: Tx, n: int) -> list[dict[str, object]]:
     rows = conn.execute(
         "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
         "FROM sessions ORDER BY started_at DESC, id DESC LIMIT ?",
@@ -427,7 +422,7 @@ def list_sessions(conn: sqlite3.Connection, n: int) -> list[dict[str, object]]:
 
 
 def resume_tail(
-    conn: sqlite3.Connection, session_id: int | None, exclude: int | None, budget: int
+    conn: Tx, session_id: int | None, exclude: int | None, budget: int
 ) -> tuple[str | None, list[dict[str, str]]]:
     """The digest and the newest messages of a session that fit ``budget`` tokens (§5.9)."""
     if session_id is None:

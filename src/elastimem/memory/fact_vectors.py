@@ -21,7 +21,6 @@ the query itself, so a fact is found by meaning before the worker has stored its
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,8 +30,8 @@ import numpy as np
 
 from ..retrieval.rank import FACT_CANDIDATES, FactVectorFinish, Filters
 from ..runtime import queue as jobs
-from ..storage.sqlite.database import get_meta, set_meta
 from ..storage.sqlite.migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
+from ..storage.tx import Tx
 
 if TYPE_CHECKING:
     from ..governor import MemoryProfile
@@ -60,9 +59,7 @@ def fact_text(key: str, value: str) -> str:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def pending(
-    conn: sqlite3.Connection, label: str, dim: int | None, limit: int
-) -> list[tuple[int, str, str]]:
+def pending(conn: Tx, label: str, dim: int | None, limit: int) -> list[tuple[int, str, str]]:
     """``(id, key, value)`` of live, unarchived facts without a vector of ``label``/``dim``."""
     return [
         (int(r[0]), str(r[1]), str(r[2]))
@@ -76,7 +73,7 @@ def pending(
     ]
 
 
-def any_without_vector(conn: sqlite3.Connection) -> bool:
+def any_without_vector(conn: Tx) -> bool:
     """Whether a live, unarchived fact has no vector at all (of any model)."""
     row = conn.execute(
         "SELECT 1 FROM facts f WHERE f.invalidated_at IS NULL AND f.archived = 0 AND NOT EXISTS "
@@ -85,7 +82,7 @@ def any_without_vector(conn: sqlite3.Connection) -> bool:
     return row is not None
 
 
-def all_live(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
+def all_live(conn: Tx) -> list[tuple[int, str, str]]:
     """``(id, key, value)`` of every live, unarchived fact (``reindex(force=True)``)."""
     return [
         (int(r[0]), str(r[1]), str(r[2]))
@@ -97,7 +94,7 @@ def all_live(conn: sqlite3.Connection) -> list[tuple[int, str, str]]:
 
 
 def write(
-    conn: sqlite3.Connection,
+    conn: Tx,
     rows: Sequence[tuple[int, str, str]],
     matrix: np.ndarray,
     label: str,
@@ -123,12 +120,12 @@ def write(
     # The dimension written is the active one, as for the chunks (vectors.write_vectors): a
     # host embedder that changed its dimension leaves it here, or the next process would
     # search the facts with the old one and find none of those re-embedded since.
-    if written and get_meta(conn, f"embedder.{label}.dim") != str(dim):
-        set_meta(conn, f"embedder.{label}.dim", dim)
+    if written and conn.meta.get(f"embedder.{label}.dim") != str(dim):
+        conn.meta.set(f"embedder.{label}.dim", dim)
     return written
 
 
-def queue(conn: sqlite3.Connection, services: Services) -> None:
+def queue(conn: Tx, services: Services) -> None:
     """Ask for an embed job for facts just written (in the writer's transaction), unless
     one is already queued (every embed job embeds the pending facts) or none could run."""
     profile = services.profile()
@@ -192,7 +189,7 @@ class FactVectorCache:
         self._inline: dict[tuple[str, int, int, str], np.ndarray] = {}
 
     def matrix(
-        self, conn: sqlite3.Connection, label: str, dim: int
+        self, conn: Tx, label: str, dim: int
     ) -> tuple[FactMatrix, list[tuple[int, str, str, str]]]:
         """``conn`` inside one read snapshot."""
         stamps = dict(
@@ -245,7 +242,7 @@ class FactVectorCache:
 
 
 # (conn, filters) -> its finisher, started inside the ranking's read snapshot.
-FactVectorLeg = Callable[[sqlite3.Connection, Filters], FactVectorFinish]
+FactVectorLeg = Callable[[Tx, Filters], FactVectorFinish]
 
 
 def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg | None:
@@ -267,7 +264,7 @@ def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg 
     if label is None:
         return None
 
-    def start(conn: sqlite3.Connection, filters: Filters) -> FactVectorFinish:
+    def start(conn: Tx, filters: Filters) -> FactVectorFinish:
         dim = source.dims.get(label) or active_dim(services, conn, label)
         if dim is None:
             return _no_vectors
@@ -304,7 +301,7 @@ def _no_vectors() -> list[tuple[int, float]]:
 WAITING_FACTS_LIMIT = 32
 
 
-def _waiting(conn: sqlite3.Connection, label: str, dim: int) -> list[tuple[int, str, str, str]]:
+def _waiting(conn: Tx, label: str, dim: int) -> list[tuple[int, str, str, str]]:
     """``(id, key, value, valid_from)`` of live facts without a vector of ``label``/``dim``."""
     return [
         (int(r[0]), str(r[1]), str(r[2]), str(r[3]))

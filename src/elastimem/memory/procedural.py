@@ -8,11 +8,11 @@ refused one is recorded in the quarantine (key and source ``lesson``) and never 
 
 from __future__ import annotations
 
-import sqlite3
 from typing import NamedTuple
 
 from ..clock import now_ts
 from ..guards import guard_lesson
+from ..storage.tx import Tx
 from .semantic import quarantine
 
 # The quarantine's key and source for a refused lesson (the column has no CHECK, and no fact
@@ -32,7 +32,7 @@ class LessonWrite(NamedTuple):
 
 
 def add_lesson(
-    conn: sqlite3.Connection,
+    conn: Tx,
     text: str,
     tag: str | None,
     max_lessons: int,
@@ -63,7 +63,7 @@ def add_lesson(
     return LessonWrite(before is None or bool(before[0]), True)
 
 
-def apply_cap(conn: sqlite3.Connection, max_lessons: int) -> None:
+def apply_cap(conn: Tx, max_lessons: int) -> None:
     conn.execute(
         "UPDATE lessons SET archived = 1 WHERE archived = 0 AND id NOT IN ("
         "SELECT id FROM lessons WHERE archived = 0 "
@@ -72,7 +72,7 @@ def apply_cap(conn: sqlite3.Connection, max_lessons: int) -> None:
     )
 
 
-def top_lessons(conn: sqlite3.Connection, n: int) -> list[str]:
+def top_lessons(conn: Tx, n: int) -> list[str]:
     rows = conn.execute(
         "SELECT text, last_used_at, id FROM lessons WHERE archived = 0 "
         "ORDER BY use_count DESC, last_used_at DESC, id DESC LIMIT ?",

@@ -10,7 +10,6 @@ so ``fact_history`` shows every value the key ever had. Rejected automatic write
 from __future__ import annotations
 
 import math
-import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 from ..clock import now_ts, parse_moment, utcnow
 from ..guards import guard_fact
 from ..storage.sqlite.migrations import FACTS_STAMP_KEY
+from ..storage.tx import Tx
 from ..values import Fact
 from . import episodic
 
@@ -65,7 +65,7 @@ def row_to_fact(row: Sequence[Any]) -> Fact:
 
 
 def quarantine(
-    conn: sqlite3.Connection,
+    conn: Tx,
     key: str | None,
     value: str | None,
     reason: str,
@@ -87,7 +87,7 @@ def quarantine(
 
 
 def write_fact(
-    conn: sqlite3.Connection,
+    conn: Tx,
     raw_key: str,
     value: str,
     source: str,
@@ -159,7 +159,7 @@ def write_fact(
     return FactWrite(True, "stored", new_id, key)
 
 
-def live_facts(conn: sqlite3.Connection) -> list[Fact]:
+def live_facts(conn: Tx) -> list[Fact]:
     """Live, unarchived facts: profile first, then importance, valid_from, id (all desc)."""
     rows = conn.execute(
         f"SELECT {FACT_COLUMNS} FROM facts WHERE invalidated_at IS NULL AND archived = 0 "
@@ -168,14 +168,14 @@ def live_facts(conn: sqlite3.Connection) -> list[Fact]:
     return [row_to_fact(r) for r in rows]
 
 
-def current_fact_ids(conn: sqlite3.Connection) -> list[int]:
+def current_fact_ids(conn: Tx) -> list[int]:
     """Ids of the current version of every key (archived ones included), read from the
     partial index on live keys without touching the table: a few hundred ids however long
     the facts' history grows."""
     return [int(r[0]) for r in conn.execute("SELECT id FROM facts WHERE invalidated_at IS NULL")]
 
 
-def live_fact_rows(conn: sqlite3.Connection) -> list[tuple[int, str, str, str, float, str]]:
+def live_fact_rows(conn: Tx) -> list[tuple[int, str, str, str, float, str]]:
     """``live_facts`` as (id, key, value, category, importance, valid_from) tuples: what
     build_context reads on every turn, without building a Fact per row."""
     return conn.execute(
@@ -195,7 +195,7 @@ class LiveFactsCache:
         self._stamp: str | None = None
         self._rows: list[tuple[int, str, str, str, float, str]] = []
 
-    def rows(self, conn: sqlite3.Connection) -> list[tuple[int, str, str, str, float, str]]:
+    def rows(self, conn: Tx) -> list[tuple[int, str, str, str, float, str]]:
         """``live_fact_rows(conn)``; ``conn`` inside one read snapshot."""
         found = conn.execute("SELECT value FROM meta WHERE key = ?", (FACTS_STAMP_KEY,)).fetchone()
         stamp = None if found is None else str(found[0])
@@ -208,7 +208,7 @@ class LiveFactsCache:
         return list(rows)
 
 
-def live_values(conn: sqlite3.Connection) -> dict[str, str]:
+def live_values(conn: Tx) -> dict[str, str]:
     """``facts()``: key → value of live, unarchived facts, in ``live_facts`` order."""
     rows = conn.execute(
         f"SELECT key, value FROM facts WHERE invalidated_at IS NULL AND archived = 0 "
@@ -217,14 +217,14 @@ def live_values(conn: sqlite3.Connection) -> dict[str, str]:
     return {str(k): str(v) for k, v in rows}
 
 
-def history(conn: sqlite3.Connection, key: str) -> list[Fact]:
+def history(conn: Tx, key: str) -> list[Fact]:
     rows = conn.execute(
         f"SELECT {FACT_COLUMNS} FROM facts WHERE key = ? ORDER BY valid_from, id", (key,)
     ).fetchall()
     return [row_to_fact(r) for r in rows]
 
 
-def forget(conn: sqlite3.Connection, key: str) -> bool:
+def forget(conn: Tx, key: str) -> bool:
     cur = conn.execute(
         "UPDATE facts SET invalidated_at = ? WHERE key = ? AND invalidated_at IS NULL",
         (now_ts(), key),
@@ -232,7 +232,7 @@ def forget(conn: sqlite3.Connection, key: str) -> bool:
     return cur.rowcount > 0
 
 
-def retire(conn: sqlite3.Connection, key: str, at: str) -> bool:
+def retire(conn: Tx, key: str, at: str) -> bool:
     """End the live version of ``key`` as of ``at`` without a successor, as ``forget`` does
     (the user said it has ended: "I'm no longer vegetarian"). A version that became true
     after ``at`` (a turn recorded with an older date) is left alone."""
@@ -244,7 +244,7 @@ def retire(conn: sqlite3.Connection, key: str, at: str) -> bool:
     return cur.rowcount > 0
 
 
-def live_values_of(conn: sqlite3.Connection, keys: list[str]) -> dict[str, str]:
+def live_values_of(conn: Tx, keys: list[str]) -> dict[str, str]:
     """key → live value for those of ``keys`` that have one (archived included)."""
     if not keys:
         return {}
@@ -255,7 +255,7 @@ def live_values_of(conn: sqlite3.Connection, keys: list[str]) -> dict[str, str]:
     return {str(k): str(v) for k, v in rows}
 
 
-def touch(conn: sqlite3.Connection, fact_ids: list[int]) -> None:
+def touch(conn: Tx, fact_ids: list[int]) -> None:
     if fact_ids:
         marks = ",".join("?" * len(fact_ids))
         conn.execute(
@@ -270,7 +270,7 @@ def decay_horizon_factor(access_count: int) -> float:
     return 1.0 + math.log1p(max(0, access_count))
 
 
-def apply_decay(conn: sqlite3.Connection, half_life_days: float, threshold: float) -> int:
+def apply_decay(conn: Tx, half_life_days: float, threshold: float) -> int:
     """Archive live low-importance facts whose decayed weight fell below ``threshold``."""
     now = utcnow()
     rows = conn.execute(

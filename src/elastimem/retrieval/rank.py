@@ -47,6 +47,7 @@ from typing import Protocol
 from ..clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from ..index.keyword import KeywordIndex, KeywordIndexes
 from ..memory import semantic
+from ..storage.tx import Tx
 from ..text import em_fold, fts_match_expression
 from ..values import (
     ChunkScoreBreakdown,
@@ -295,7 +296,7 @@ class Filters:
 # passing the time filters; None when the query could not be embedded.
 FactVectorFinish = Callable[[], list[tuple[int, float]] | None]
 # (conn, filters) -> its finisher (fact_vectors.leg).
-FactVectorLeg = Callable[[sqlite3.Connection, Filters], FactVectorFinish]
+FactVectorLeg = Callable[[Tx, Filters], FactVectorFinish]
 
 # What finishes a started vector leg: [(chunk_id, cosine)], best first, filters applied
 # before the cut; None when the query could not be embedded (the ranking then runs without
@@ -303,24 +304,22 @@ FactVectorLeg = Callable[[sqlite3.Connection, Filters], FactVectorFinish]
 VectorFinish = Callable[[], list[tuple[int, float]] | None]
 # (conn, filters, n) -> its finisher. Starting the leg before the keyword legs and finishing
 # it after lets the vector scan run on another core meanwhile.
-VectorLeg = Callable[[sqlite3.Connection, Filters, int], VectorFinish]
+VectorLeg = Callable[[Tx, Filters, int], VectorFinish]
 
 
 class GraphSignal(Protocol):
     """What the ranking needs from the graph expansion of one query (§5.7)."""
 
     def chunk_scores(
-        self, conn: sqlite3.Connection, chunk_ids: list[int]
+        self, conn: Tx, chunk_ids: list[int]
     ) -> dict[int, tuple[float, tuple[str, ...]]]: ...
 
-    def extra_chunks(
-        self, conn: sqlite3.Connection, filters: Filters, limit: int
-    ) -> list[tuple[int, float]]: ...
+    def extra_chunks(self, conn: Tx, filters: Filters, limit: int) -> list[tuple[int, float]]: ...
 
     def fact_score(self, key: str, value: str) -> tuple[float, tuple[str, ...]]: ...
 
     def fact_candidates(
-        self, conn: sqlite3.Connection, filters: Filters
+        self, conn: Tx, filters: Filters
     ) -> dict[int, tuple[float, tuple[str, ...]]]: ...
 
     def traversal(self) -> list[GraphTraversalStep]: ...
@@ -443,7 +442,7 @@ def _normalise_counts(rows: list[tuple[int, float]]) -> dict[int, float]:
 
 
 def chunk_fts_leg(
-    conn: sqlite3.Connection,
+    conn: Tx,
     terms: list[str],
     filters: Filters,
     limit: int = FTS_CANDIDATES,
@@ -511,7 +510,7 @@ def _like_clause(expr: str, terms: list[str]) -> tuple[str, list[object]]:
 
 
 def chunk_like_leg(
-    conn: sqlite3.Connection, terms: list[str], filters: Filters, limit: int = FTS_CANDIDATES
+    conn: Tx, terms: list[str], filters: Filters, limit: int = FTS_CANDIDATES
 ) -> dict[int, float]:
     """Keyword fallback without FTS5: count folded terms contained in each chunk."""
     where, params = filters.chunk_sql("c")
@@ -529,7 +528,7 @@ def chunk_like_leg(
 
 
 def fact_keyword_leg(
-    conn: sqlite3.Connection,
+    conn: Tx,
     terms: list[str],
     filters: Filters,
     fts_enabled: bool,
@@ -589,7 +588,7 @@ def fact_keyword_leg(
 
 
 def _live_fact_top(
-    conn: sqlite3.Connection, index: KeywordIndex, terms: list[str], limit: int
+    conn: Tx, index: KeywordIndex, terms: list[str], limit: int
 ) -> list[tuple[int, float]] | None:
     """The index's best ``limit`` live facts: current versions (a few hundred ids, read from
     the partial index on live keys without touching the table), then archived ones dropped
@@ -645,7 +644,7 @@ def fuse_fact_legs(
 
 
 def rank(
-    conn: sqlite3.Connection,
+    conn: Tx,
     terms: list[str],
     *,
     k: int,
@@ -701,7 +700,7 @@ def rank(
     return Ranking(hits, chunks, facts)
 
 
-def _fill_chunk_rows(conn: sqlite3.Connection, chunks: list[_Candidate]) -> None:
+def _fill_chunk_rows(conn: Tx, chunks: list[_Candidate]) -> None:
     """The text and message span of the few chunks that can be hits."""
     if not chunks:
         return
@@ -731,7 +730,7 @@ class _ChunkLegs:
 
 
 def _rank_chunks(
-    conn: sqlite3.Connection,
+    conn: Tx,
     terms: list[str],
     filters: Filters,
     legs: _ChunkLegs,
@@ -823,7 +822,7 @@ def _rank_chunks(
     return out
 
 
-def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> set[int]:
+def _add_time_bonus(conn: Tx, fused: dict[int, float]) -> set[int]:
     """A question asking when: ``TIME_MENTION_BONUS`` for each matching candidate whose
     text mentions a time (``mentions_time``); returns their ids."""
     ids = [cid for cid, relevance in fused.items() if relevance > 0]
@@ -839,9 +838,7 @@ def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> set[in
     return timed
 
 
-def _start_vector_leg(
-    conn: sqlite3.Connection, filters: Filters, leg: VectorLeg | None
-) -> VectorFinish | None:
+def _start_vector_leg(conn: Tx, filters: Filters, leg: VectorLeg | None) -> VectorFinish | None:
     if leg is None:
         return None
     try:
@@ -861,7 +858,7 @@ def _finish_vector_leg(finish: VectorFinish | None) -> list[tuple[int, float]] |
         return []
 
 
-def _fetch_chunks(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, int, str, float]]:
+def _fetch_chunks(conn: Tx, ids: list[int]) -> list[tuple[int, int, str, float]]:
     """(id, session_id, created_at, importance) of each candidate that still exists."""
     rows: list[tuple[int, int, str, float]] = []
     for start in range(0, len(ids), 500):
@@ -876,7 +873,7 @@ def _fetch_chunks(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, i
 
 
 def _best_neighbours(
-    conn: sqlite3.Connection,
+    conn: Tx,
     kept: list[tuple[int, int, str, float]],
     fused: dict[int, float],
     *,
@@ -931,7 +928,7 @@ def _recency_at(created_at: str, now_seconds: float, half_life: float) -> float:
 
 
 def _rank_facts(
-    conn: sqlite3.Connection,
+    conn: Tx,
     terms: list[str],
     filters: Filters,
     fts_enabled: bool,
@@ -992,14 +989,14 @@ def _rank_facts(
 
 
 def run_fact_vector_leg(
-    conn: sqlite3.Connection, filters: Filters, leg: FactVectorLeg | None
+    conn: Tx, filters: Filters, leg: FactVectorLeg | None
 ) -> list[tuple[int, float]] | None:
     """The facts' vector leg's (fact_id, cosine) rows; None when it did not run."""
     return finish_fact_vector_leg(start_fact_vector_leg(conn, filters, leg))
 
 
 def start_fact_vector_leg(
-    conn: sqlite3.Connection, filters: Filters, leg: FactVectorLeg | None
+    conn: Tx, filters: Filters, leg: FactVectorLeg | None
 ) -> FactVectorFinish | None:
     """Start the facts' vector leg in ``conn``'s snapshot; a failure costs only this leg."""
     if leg is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from ..prompts import (
 from ..retrieval.rank import Filters, VectorFinish, fact_keyword_leg
 from ..storage.sqlite import database as db
 from ..storage.sqlite import files
+from ..storage.tx import Tx
 from ..text import collapse_whitespace, normalize_key, query_terms, word_tokens
 from . import queue as jobs
 from .gate import CallTimeout, GateDeferred, GateDenied, LLMGate, Watchdog
@@ -148,7 +148,7 @@ def make_worker(services: Services, on_wake: Callable[[], None]) -> Worker:
 
 
 def queue_turn_jobs(
-    conn: sqlite3.Connection,
+    conn: Tx,
     services: Services,
     record: episodic.TurnRecord,
     user: str,
@@ -198,7 +198,7 @@ def on_idle(services: Services, idle_for: float) -> None:
             idle_for >= config.idle_consolidate_seconds
             and profile.consolidation_level == ConsolidationLevel.FULL
             and not services.gate.foreground_active
-            and db.get_meta_int(conn, "writes_since_consolidation") > 0
+            and conn.meta.get_int("writes_since_consolidation") > 0
             and not jobs.has_pending(conn, "consolidate", services.owner)
         ):
             jobs.enqueue(conn, "consolidate", services.owner)
@@ -216,7 +216,7 @@ def on_idle(services: Services, idle_for: float) -> None:
                 services.worker.signal()  # run it now, not after the next idle wait
 
 
-def _facts_pending(services: Services, conn: sqlite3.Connection) -> bool:
+def _facts_pending(services: Services, conn: Tx) -> bool:
     """Live facts without a vector of the active model (known once it has loaded)."""
     label = services.embedding.label
     if label is None:
@@ -237,10 +237,10 @@ def _ensure_embedder_loaded(services: Services) -> bool:
     return False
 
 
-def active_dim(services: Services, conn: sqlite3.Connection, label: str) -> int | None:
+def active_dim(services: Services, conn: Tx, label: str) -> int | None:
     dim = services.embedding.dims.get(label)
     if dim is None:
-        value = db.get_meta_int(conn, f"embedder.{label}.dim", 0)
+        value = conn.meta.get_int(f"embedder.{label}.dim", 0)
         dim = value or None
     return dim
 
@@ -306,12 +306,12 @@ def _embed_facts(services: Services, label: str) -> None:
             return  # the rest were erased or replaced meanwhile: their successors wait
 
 
-def queue_fact_embedding(conn: sqlite3.Connection, services: Services) -> None:
+def queue_fact_embedding(conn: Tx, services: Services) -> None:
     """After a fact write, in its transaction: have the worker embed the new facts."""
     fact_vectors.queue(conn, services)
 
 
-def _waiting_chunks(conn: sqlite3.Connection, have: set[int], room: int) -> list[tuple[Any, ...]]:
+def _waiting_chunks(conn: Tx, have: set[int], room: int) -> list[tuple[Any, ...]]:
     """Other chunks still without a vector, to fill the job's batch.
 
     A host recording turns faster than the model embeds them queues one job per turn;
@@ -328,7 +328,7 @@ def _waiting_chunks(conn: sqlite3.Connection, have: set[int], room: int) -> list
 
 
 def _chunks_needing_vectors(
-    conn: sqlite3.Connection, ids: list[int], label: str, dim: int | None
+    conn: Tx, ids: list[int], label: str, dim: int | None
 ) -> list[tuple[Any, ...]]:
     if not ids:
         return []
@@ -399,8 +399,8 @@ def reindex(
             progress(done, total)
     facts = _reindex_facts(services, label, dim, force=force)
     with services.db.atomic() as conn:
-        db.bump_meta(conn, "vectors.gen")
-        db.log_event(conn, "reindex", chunks=written, facts=facts, label=label)
+        conn.meta.bump("vectors.gen")
+        conn.meta.log_event("reindex", chunks=written, facts=facts, label=label)
     # Cached query vectors may be the old model's (a host that swapped its model keeps the
     # label "host" and the dimension): they would score against the new vectors.
     source.query_cache.clear()
@@ -649,13 +649,13 @@ def vector_leg(
     if services.worker is not None:
         vectors.attach_worker(services.worker.submit)
 
-    def usable(conn: sqlite3.Connection, vector: np.ndarray | None) -> bool:
+    def usable(conn: Tx, vector: np.ndarray | None) -> bool:
         if vector is None:
             return False  # no query vector: the ranking runs without this leg
         dim = known_dim if known_dim is not None else active_dim(services, conn, label)
         return dim is None or vector.shape[0] == dim  # else: as if there were no leg
 
-    def leg(conn: sqlite3.Connection, filters: Filters, n: int) -> VectorFinish:
+    def leg(conn: Tx, filters: Filters, n: int) -> VectorFinish:
         if pending is None:
             # The vector is at hand: the scan runs on the scan helpers while the keyword
             # legs run here.
@@ -695,7 +695,7 @@ def run_link(services: Services, job: jobs.Job) -> None:
             graph.link_chunks(conn, ids)
 
 
-def graph_signal(services: Services, text: str, conn: sqlite3.Connection | None = None) -> Any:
+def graph_signal(services: Services, text: str, conn: Tx | None = None) -> Any:
     """The query's graph signal, read through ``conn`` when given (inside the caller's read
     snapshot: one transaction fewer); a failure is logged and ranking goes on without it."""
     hops = services.profile().graph_hops
@@ -706,7 +706,7 @@ def graph_signal(services: Services, text: str, conn: sqlite3.Connection | None 
         return None
 
 
-def list_clusters(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+def list_clusters(conn: Tx) -> list[dict[str, Any]]:
     return graph.list_clusters(conn)
 
 
@@ -824,12 +824,10 @@ def store_extraction(services: Services, session_id: int, group: list[Turn], rep
                     )
             except Exception as exc:
                 logger.warning("storing extracted graph items failed: %s", exc)
-        db.bump_meta(conn, "writes_since_consolidation")
+        conn.meta.bump("writes_since_consolidation")
 
 
-def _turn_chunks(
-    conn: sqlite3.Connection, session_id: int, turns: list[int]
-) -> list[tuple[int, str]]:
+def _turn_chunks(conn: Tx, session_id: int, turns: list[int]) -> list[tuple[int, str]]:
     marks = ",".join("?" * len(turns))
     rows = conn.execute(
         f"SELECT c.id, c.text FROM chunks c JOIN messages m ON m.id = c.first_msg_id "
@@ -842,7 +840,7 @@ def _turn_chunks(
 # -- digests and summaries --------------------------------------------------------------------
 
 
-def persist_digest(conn: sqlite3.Connection, session_id: int, items: list[str]) -> None:
+def persist_digest(conn: Tx, session_id: int, items: list[str]) -> None:
     conn.execute(
         "UPDATE sessions SET rolling_summary = ? WHERE id = ?",
         ("\n".join(items) if items else None, session_id),
@@ -1022,7 +1020,7 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
         return
     config = services.config()
     with services.db.atomic() as conn:
-        db.set_meta(conn, "writes_since_consolidation", 0)
+        conn.meta.set("writes_since_consolidation", 0)
     stats: dict[str, int] = {}
     full = level == ConsolidationLevel.FULL
 
@@ -1074,8 +1072,8 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
 
     step("trims", trims)
     with services.db.atomic() as conn:
-        db.set_meta(conn, "last_consolidation", json.dumps(stats, sort_keys=True))
-        db.set_meta(conn, "last_consolidated_at", now_ts())
+        conn.meta.set("last_consolidation", json.dumps(stats, sort_keys=True))
+        conn.meta.set("last_consolidated_at", now_ts())
     logger.info("consolidation finished: %s", stats)
 
 
@@ -1142,9 +1140,7 @@ def review_fact_merges(services: Services) -> dict[str, int]:
 # -- timeline ---------------------------------------------------------------------------------
 
 
-def resolve_timeline_key(
-    conn: sqlite3.Connection, text: str, fts_enabled: bool
-) -> tuple[str | None, str]:
+def resolve_timeline_key(conn: Tx, text: str, fts_enabled: bool) -> tuple[str | None, str]:
     """§5.7 timeline: an exact key, else the best fact row over all versions, else a key the
     question's words hint at, else one through the graph, else none."""
     key = normalize_key(text)
@@ -1184,7 +1180,7 @@ TIMELINE_KEY_HINTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _hinted_timeline_key(conn: sqlite3.Connection, text: str) -> str | None:
+def _hinted_timeline_key(conn: Tx, text: str) -> str | None:
     """The first stored key the question's words hint at (see TIMELINE_KEY_HINTS)."""
     for word in word_tokens(text):
         for key in TIMELINE_KEY_HINTS.get(word, ()):
@@ -1239,7 +1235,7 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "db_bytes": _db_bytes(store.path),
             "file_mode": None if store.is_memory else files.file_mode(store.path),
             "fts_enabled": store.fts_enabled,
-            "schema_version": db.get_meta_int(conn, "schema_version"),
+            "schema_version": conn.meta.get_int("schema_version"),
             "tier": tier.name.lower(),
             "facts": one(
                 "SELECT count(*) FROM facts WHERE invalidated_at IS NULL AND archived = 0"

@@ -10,13 +10,13 @@ leases return to ``queued``.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..clock import now_ts, ts_minus, ts_plus
 from ..memory.episodic import ORPHAN_HEARTBEAT_SECONDS, Owner, owner_is_gone
+from ..storage.tx import Tx
 
 PRIORITY = {
     "embed": 1,
@@ -67,7 +67,7 @@ def _load_payload(text: str) -> dict[str, Any]:
 
 
 def enqueue(
-    conn: sqlite3.Connection,
+    conn: Tx,
     kind: str,
     owner: Owner,
     *,
@@ -96,7 +96,7 @@ def enqueue(
     return int(cur.lastrowid or 0)
 
 
-def has_pending(conn: sqlite3.Connection, kind: str, owner: Owner) -> bool:
+def has_pending(conn: Tx, kind: str, owner: Owner) -> bool:
     row = conn.execute(
         "SELECT 1 FROM jobs WHERE kind = ? AND state IN ('queued', 'running') "
         "AND owner_pid = ? AND owner_host = ? LIMIT 1",
@@ -105,7 +105,7 @@ def has_pending(conn: sqlite3.Connection, kind: str, owner: Owner) -> bool:
     return row is not None
 
 
-def claim(conn: sqlite3.Connection, owner: Owner, skip_kinds: frozenset[str]) -> Job | None:
+def claim(conn: Tx, owner: Owner, skip_kinds: frozenset[str]) -> Job | None:
     """Take the next runnable job for this process (call inside ``atomic()``)."""
     now = now_ts()
     skip = sorted(skip_kinds)
@@ -127,18 +127,18 @@ def claim(conn: sqlite3.Connection, owner: Owner, skip_kinds: frozenset[str]) ->
     return Job(int(row[0]), str(row[1]), str(row[2]), row[3], int(row[4]), _load_payload(row[5]))
 
 
-def complete(conn: sqlite3.Connection, job_id: int) -> None:
+def complete(conn: Tx, job_id: int) -> None:
     conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
 
-def set_state(conn: sqlite3.Connection, job_id: int, state: str) -> None:
+def set_state(conn: Tx, job_id: int, state: str) -> None:
     conn.execute(
         "UPDATE jobs SET state = ?, lease_until = NULL, updated_at = ? WHERE id = ?",
         (state, now_ts(), job_id),
     )
 
 
-def fail(conn: sqlite3.Connection, job_id: int, error: str) -> bool:
+def fail(conn: Tx, job_id: int, error: str) -> bool:
     """Count a failed attempt: retry after 10 s, then 60 s, then mark failed. True if failed."""
     row = conn.execute("SELECT attempts FROM jobs WHERE id = ?", (job_id,)).fetchone()
     if row is None:
@@ -166,9 +166,7 @@ def fail(conn: sqlite3.Connection, job_id: int, error: str) -> bool:
     return False
 
 
-def release_held_extracts(
-    conn: sqlite3.Connection, session_id: int, owner: Owner, phase: str
-) -> int | None:
+def release_held_extracts(conn: Tx, session_id: int, owner: Owner, phase: str) -> int | None:
     """Merge a session's held extract jobs into one queued job listing their turns in order."""
     rows = conn.execute(
         "SELECT id, payload FROM jobs WHERE kind = 'extract' AND state = 'held' "
@@ -190,7 +188,7 @@ def release_held_extracts(
     )
 
 
-def set_payload(conn: sqlite3.Connection, job_id: int, payload: dict[str, Any]) -> None:
+def set_payload(conn: Tx, job_id: int, payload: dict[str, Any]) -> None:
     """Replace a job's payload (a handler recording what is left when it stops early)."""
     conn.execute(
         "UPDATE jobs SET payload = ?, updated_at = ? WHERE id = ?",
@@ -198,7 +196,7 @@ def set_payload(conn: sqlite3.Connection, job_id: int, payload: dict[str, Any]) 
     )
 
 
-def count_held_extracts(conn: sqlite3.Connection, session_id: int) -> int:
+def count_held_extracts(conn: Tx, session_id: int) -> int:
     row = conn.execute(
         "SELECT count(*) FROM jobs WHERE kind = 'extract' AND state = 'held' AND session_id = ?",
         (session_id,),
@@ -206,7 +204,7 @@ def count_held_extracts(conn: sqlite3.Connection, session_id: int) -> int:
     return int(row[0])
 
 
-def sessions_with_held_extracts(conn: sqlite3.Connection, owner: Owner) -> list[int]:
+def sessions_with_held_extracts(conn: Tx, owner: Owner) -> list[int]:
     rows = conn.execute(
         "SELECT DISTINCT session_id FROM jobs WHERE kind = 'extract' AND state = 'held' "
         "AND session_id IS NOT NULL AND owner_pid = ? AND owner_host = ?",
@@ -215,9 +213,7 @@ def sessions_with_held_extracts(conn: sqlite3.Connection, owner: Owner) -> list[
     return [int(r[0]) for r in rows]
 
 
-def recover(
-    conn: sqlite3.Connection, me: Owner, running_here: Collection[int] = ()
-) -> tuple[int, int]:
+def recover(conn: Tx, me: Owner, running_here: Collection[int] = ()) -> tuple[int, int]:
     """Requeue expired leases and adopt jobs of dead or silent owners (§6). Returns counts.
 
     A job ``running`` under this very process that no thread here runs (``running_here``)
@@ -256,7 +252,7 @@ def recover(
     return int(requeued), adopted
 
 
-def refresh_ownership(conn: sqlite3.Connection, me: Owner) -> None:
+def refresh_ownership(conn: Tx, me: Owner) -> None:
     """Keep this process's jobs from looking abandoned (``updated_at`` older than 900 s)."""
     conn.execute(
         "UPDATE jobs SET updated_at = ? WHERE owner_pid = ? AND owner_host = ? AND updated_at < ?",
@@ -264,7 +260,7 @@ def refresh_ownership(conn: sqlite3.Connection, me: Owner) -> None:
     )
 
 
-def clear_owner(conn: sqlite3.Connection, me: Owner, still_running: Collection[int] = ()) -> None:
+def clear_owner(conn: Tx, me: Owner, still_running: Collection[int] = ()) -> None:
     """At close: unfinished jobs lose their owner so the next open adopts them at once.
 
     ``still_running`` are jobs a worker thread of this process is still executing (a host
@@ -281,7 +277,7 @@ def clear_owner(conn: sqlite3.Connection, me: Owner, still_running: Collection[i
     )
 
 
-def count_for_owner(conn: sqlite3.Connection, me: Owner, states: tuple[str, ...]) -> int:
+def count_for_owner(conn: Tx, me: Owner, states: tuple[str, ...]) -> int:
     marks = ",".join("?" * len(states))
     row = conn.execute(
         f"SELECT count(*) FROM jobs WHERE owner_pid = ? AND owner_host = ? AND state IN ({marks})",
@@ -290,7 +286,7 @@ def count_for_owner(conn: sqlite3.Connection, me: Owner, states: tuple[str, ...]
     return int(row[0])
 
 
-def count_runnable(conn: sqlite3.Connection, me: Owner) -> int:
+def count_runnable(conn: Tx, me: Owner) -> int:
     """Running jobs, and queued jobs not waiting out a retry delay, owned by this process."""
     row = conn.execute(
         "SELECT count(*) FROM jobs WHERE owner_pid = ? AND owner_host = ? AND (state = 'running' "

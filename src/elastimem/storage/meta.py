@@ -1,8 +1,8 @@
-"""The meta family's interface: the meta key/value table, generation counters and the event log.
+"""The meta family's interface: the store's key/value settings, generation counters and the
+event log.
 
 Code above ``storage`` calls these methods on ``tx.meta``; each backend implements them
-(``storage.sqlite.meta.SqliteMetaRows``). Methods take and return plain values (ints, strings,
-tuples, dataclasses from ``elastimem.values``), never a driver's rows or cursors.
+(``storage.sqlite.meta.SqliteMetaRows``). Methods take and return plain values.
 """
 
 from __future__ import annotations
@@ -11,4 +11,24 @@ from typing import Protocol
 
 
 class MetaRows(Protocol):
-    """The meta key/value table, generation counters and the event log."""
+    """The ``meta`` key/value table and the ``events`` audit log."""
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """The value stored under ``key``, or ``default``."""
+        ...
+
+    def get_int(self, key: str, default: int = 0) -> int:
+        """The value under ``key`` as an int; ``default`` when missing or not a number."""
+        ...
+
+    def set(self, key: str, value: object) -> None:
+        """Store ``str(value)`` under ``key``."""
+        ...
+
+    def bump(self, key: str, by: int = 1) -> int:
+        """Add ``by`` to an integer counter and return the new value."""
+        ...
+
+    def log_event(self, kind: str, **detail: object) -> None:
+        """Append to the local audit log (``detail``: counts and ids, never user text)."""
+        ...

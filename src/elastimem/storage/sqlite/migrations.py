@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from ...clock import canonicalize_legacy_ts, now_ts
 
@@ -342,7 +343,7 @@ def create_fresh(conn: sqlite3.Connection) -> None:
     ensure_self_node(conn)
 
 
-def ensure_self_node(conn: sqlite3.Connection) -> int:
+def ensure_self_node(conn: Any) -> int:
     """The id of the one ``self`` node, creating it if needed."""
     row = conn.execute(
         "SELECT id FROM graph_nodes WHERE type = 'self' AND canonical_name = ?", (SELF_NODE_NAME,)
