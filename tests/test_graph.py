@@ -1755,7 +1755,7 @@ NAMES = st.one_of(
 
 
 def test_any_entity_name_is_safe(make_store: MakeStore) -> None:
-    from elastimem.graph.core import view as graph_view
+    from elastimem.graph import view as graph_view
 
     mem = make_store(":memory:")
     rows = turn(mem, "a turn that mentions things like Tuffy and the Jetson")

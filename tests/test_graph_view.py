@@ -15,7 +15,7 @@ import pytest
 
 import elastimem
 from elastimem.graph import core as graph
-from elastimem.graph.core import view as graph_view
+from elastimem.graph import view as graph_view
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
