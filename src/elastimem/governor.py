@@ -480,7 +480,7 @@ class Governor:
         return profile
 
     def report_pressure(self) -> MemoryProfile:
-        """Drop one tier because the host says memory is short; at most once per 30 s."""
+        """Step down one tier because the host says memory is short; at most once per 30 s."""
         change: tuple[Tier, Tier] | None = None
         with self._lock:
             if self._override() is not None:

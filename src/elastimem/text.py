@@ -144,7 +144,7 @@ _CONTROL_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u
 
 
 def strip_controls(text: str) -> str:
-    """Drop control and bidi-override characters; keep newlines and tabs."""
+    """Remove control and bidi-override characters; keep newlines and tabs."""
     return _CONTROL_CHARS.sub("", text)
 
 

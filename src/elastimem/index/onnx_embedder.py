@@ -508,7 +508,7 @@ def _export(torch: Any, st_model: Any, target: Path) -> None:
 
 
 def _make_private_dirs(folder: Path) -> None:
-    """Create ``folder`` and its missing parents as 0700 (existing ones are left alone)."""
+    """Make ``folder`` and its missing parents as 0700 (existing ones are left alone)."""
     missing: list[Path] = []
     current = folder
     while not current.exists():

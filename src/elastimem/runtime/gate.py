@@ -237,7 +237,7 @@ class LLMGate:
         self.llm_lock.acquire()
 
     def foreground_end(self) -> bool:
-        """Release the lock taken by the matching begin; False when unbalanced."""
+        """Let go of the lock taken by the matching begin; False when unbalanced."""
         with self._flag_guard:
             if self._foreground_depth <= 0:
                 return False

@@ -18,6 +18,7 @@ from .jobs import JobRows
 from .lessons import LessonRows
 from .meta import MetaRows
 from .postings import PostingRows
+from .stats import StatsRows
 from .transcript import TranscriptRows
 from .vectors import VectorRows
 
@@ -35,6 +36,7 @@ class Tx(Protocol):
     vectors: VectorRows
     postings: PostingRows
     admin: AdminRows
+    stats: StatsRows
 
     # TRANSITIONAL (layered redesign in progress): the raw statements of code not yet moved
     # behind the families. Removed, with ``SqliteTx.__getattr__``, once no SQL is left above

@@ -14,7 +14,6 @@ or ``StoreLockedError`` with a message that names the file and the fix.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ from ...clock import now_ts
 from ...errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreError, StoreLockedError
 from ...text import em_fold
 from . import files, migrations
+from .meta import get_meta, log_event, set_meta
 from .tx import SqliteTx
 
 logger = logging.getLogger("elastimem")
@@ -42,7 +42,6 @@ logger = logging.getLogger("elastimem")
 BUSY_TIMEOUT_MS = 10_000
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 FTS_DISABLE_ENV_VAR = "ELASTIMEM_DISABLE_FTS"
-EVENTS_KEPT = 1000
 CACHE_KIB = 16_000
 # close() waits this long for reads running on other threads (a recall takes milliseconds;
 # an export streams for longer, and closes its own connection when it ends).
@@ -433,43 +432,6 @@ def _close_quietly(conn: sqlite3.Connection) -> None:
 
 
 # -- meta and events ---------------------------------------------------------------------------
-
-
-def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return str(row[0]) if row else default
-
-
-def get_meta_int(conn: sqlite3.Connection, key: str, default: int = 0) -> int:
-    value = get_meta(conn, key)
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        return default
-
-
-def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (key, str(value)),
-    )
-
-
-def bump_meta(conn: sqlite3.Connection, key: str, by: int = 1) -> int:
-    """Add ``by`` to an integer meta counter and return the new value."""
-    value = get_meta_int(conn, key) + by
-    set_meta(conn, key, value)
-    return value
-
-
-def log_event(conn: sqlite3.Connection, kind: str, **detail: object) -> None:
-    """Append to the local audit log. ``detail`` holds counts and ids, never user text."""
-    conn.execute(
-        "INSERT INTO events (ts, kind, detail) VALUES (?, ?, ?)",
-        (now_ts(), kind, json.dumps(detail, sort_keys=True, default=str)),
-    )
-    conn.execute("DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (EVENTS_KEPT,))
 
 
 # -- FTS ---------------------------------------------------------------------------------------

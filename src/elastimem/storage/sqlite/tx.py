@@ -14,6 +14,7 @@ from .jobs import SqliteJobRows
 from .lessons import SqliteLessonRows
 from .meta import SqliteMetaRows
 from .postings import SqlitePostingRows
+from .stats import SqliteStatsRows
 from .transcript import SqliteTranscriptRows
 from .vectors import SqliteVectorRows
 
@@ -70,6 +71,10 @@ class SqliteTx:
     @cached_property
     def admin(self) -> SqliteAdminRows:
         return SqliteAdminRows(self.conn)
+
+    @cached_property
+    def stats(self) -> SqliteStatsRows:
+        return SqliteStatsRows(self.conn)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
