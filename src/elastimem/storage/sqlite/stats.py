@@ -1,4 +1,4 @@
-"""SQLite implementation of ``storage.stats.StatsRows``: counts and sizes for stats() and the governor."""
+"""SQLite implementation of ``storage.stats.StatsRows``: counts and sizes for stats()."""
 
 from __future__ import annotations
 
