@@ -1065,10 +1065,7 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
                 "DELETE FROM quarantine WHERE id <= (SELECT max(id) FROM quarantine) - ?",
                 (config.quarantine_cap,),
             )
-            conn.execute(
-                "DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?",
-                (db.EVENTS_KEPT,),
-            )
+            conn.meta.trim_events()
 
     step("trims", trims)
     with services.db.atomic() as conn:

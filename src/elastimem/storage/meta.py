@@ -32,3 +32,7 @@ class MetaRows(Protocol):
     def log_event(self, kind: str, **detail: object) -> None:
         """Append to the local audit log (``detail``: counts and ids, never user text)."""
         ...
+
+    def trim_events(self) -> None:
+        """Keep only the newest events of the audit log."""
+        ...

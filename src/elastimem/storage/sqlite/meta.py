@@ -35,6 +35,11 @@ class SqliteMetaRows:
     def log_event(self, kind: str, **detail: object) -> None:
         log_event(self._conn, kind, **detail)
 
+    def trim_events(self) -> None:
+        self._conn.execute(
+            "DELETE FROM events WHERE id <= (SELECT max(id) FROM events) - ?", (EVENTS_KEPT,)
+        )
+
 
 def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
