@@ -343,7 +343,7 @@ def insert_turn(
     user_tokens: int,
     assistant_tokens: int,
 ) -> TurnRecord:
-    """Insert one exchange: its messages, its chunks, and the session counters (§5.10).
+    """Store one exchange: its messages, its chunks, and the session counters (§5.10).
 
     The chunk texts are cut beforehand: the tokenizer must never run under the write lock.
     """
