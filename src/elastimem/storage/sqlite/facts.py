@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreError
 from ...values import Fact
-from ..facts import DecayCandidate, LiveFactRow, LiveVersion, Replacement
+from ..facts import DecayCandidate, FactRows, LiveFactRow, LiveVersion, Replacement
 from .migrations import FACTS_STAMP_KEY
 
 # Shown order: profile first, then importance, valid_from and id, all descending.
@@ -250,3 +250,9 @@ class SqliteFactRows:
             (max(0, n),),
         ).fetchall()
         return [dict(zip(_QUARANTINE_KEYS, row)) for row in reversed(rows)]
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> FactRows:
+        return SqliteFactRows(conn)

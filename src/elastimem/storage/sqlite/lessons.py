@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
-from ..lessons import UsedLesson
+from ..lessons import LessonRows, UsedLesson
 
 
 class SqliteLessonRows:
@@ -43,3 +44,9 @@ class SqliteLessonRows:
             (n,),
         ).fetchall()
         return [UsedLesson(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> LessonRows:
+        return SqliteLessonRows(conn)

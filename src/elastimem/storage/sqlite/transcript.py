@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
-from ..transcript import OpenSession, SessionState
+from ..transcript import OpenSession, SessionState, TranscriptRows
 
 _SESSION_LIST_KEYS = (
     "id",
@@ -197,3 +198,9 @@ class SqliteTranscriptRows:
                 f"UPDATE chunks SET importance = max(importance, ?) WHERE id IN ({marks})",
                 (floor, *chunk_ids),
             )
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> TranscriptRows:
+        return SqliteTranscriptRows(conn)
