@@ -35,6 +35,17 @@ class OpenSession(NamedTuple):
     heartbeat_at: str | None
 
 
+class ChunkRow(NamedTuple):
+    """One chunk of a session's transcript."""
+
+    id: int
+    first_msg_id: int
+    last_msg_id: int
+    text: str
+    created_at: str
+    importance: float
+
+
 class TranscriptRows(Protocol):
     """Sessions, messages and chunks (with their keyword table)."""
 
@@ -143,8 +154,12 @@ class TranscriptRows(Protocol):
         *,
         created_at: str,
     ) -> list[int]:
-        """Add one chunk per text, spanning the messages ``first_msg_id..last_msg_id``; their
-        ids in the order of ``texts``."""
+        """Add one chunk per text (importance 0.5), spanning the messages
+        ``first_msg_id..last_msg_id``; their ids in the order of ``texts``."""
+        ...
+
+    def session_chunks(self, session_id: int) -> list[ChunkRow]:
+        """The session's chunks, oldest first (by id)."""
         ...
 
     def raise_chunk_importance(self, chunk_ids: Sequence[int], floor: float) -> None:

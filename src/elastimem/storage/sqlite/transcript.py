@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from ..transcript import OpenSession, SessionState, TranscriptRows
+from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
 
 _SESSION_LIST_KEYS = (
     "id",
@@ -190,6 +190,17 @@ class SqliteTranscriptRows:
             )
             ids.append(int(cur.lastrowid or 0))
         return ids
+
+    def session_chunks(self, session_id: int) -> list[ChunkRow]:
+        rows = self._conn.execute(
+            "SELECT id, first_msg_id, last_msg_id, text, created_at, importance FROM chunks "
+            "WHERE session_id = ? ORDER BY id",
+            (session_id,),
+        ).fetchall()
+        return [
+            ChunkRow(int(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]), float(r[5]))
+            for r in rows
+        ]
 
     def raise_chunk_importance(self, chunk_ids: Sequence[int], floor: float) -> None:
         if chunk_ids:
