@@ -51,7 +51,8 @@ Ask = Callable[..., Any]
 def apply_decay(
     conn: Tx, half_life_days: float, threshold: float, *, now: Any = None
 ) -> dict[str, int]:
-    """Delete edges, then non-self nodes, whose ``confidence·r(age, h)`` fell below threshold.
+    """Decay: edges, then non-self nodes, whose ``confidence·r(age, h)`` fell below threshold
+    are deleted.
 
     Edges age from ``last_seen`` and nodes from ``updated_at``. Returns
     ``graph_nodes_archived`` and ``graph_edges_archived`` (edges removed in total, including

@@ -75,7 +75,8 @@ def upsert_node(
     now: str | None = None,
     _state: _WriteState | None = None,
 ) -> int | None:
-    """Insert or update one entity; the node id, the self id for the user, None for no name."""
+    """One entity inserted or updated; the node id, the self id for the user, None for no
+    name."""
     if is_self_name(name):
         return conn.graph.ensure_self_node()
     canonical = _canonicalize(name)
@@ -146,7 +147,8 @@ def upsert_edge(
     now: str | None = None,
     chunk_id: int | None = None,
 ) -> int | None:
-    """Insert or refresh one relationship; None for an empty relation or a self-loop."""
+    """One relationship inserted or refreshed; its id, None for an empty relation or a
+    self-loop."""
     rel = _relation(relation)
     if not rel or source_id == target_id:
         return None
@@ -208,7 +210,7 @@ def _mention(conn: Tx, node_id: int, chunk_ids: Iterable[int], now: str) -> None
 
 
 def delete_nodes(conn: Tx, node_ids: Sequence[int]) -> int:
-    """Delete nodes (their edges and mentions cascade); returns the count.
+    """Nodes deleted (their edges and mentions with them); returns the count.
 
     The label of a cluster that loses a member is cleared first (§5.7: "a label survives
     only while the member set is unchanged"): once the node is gone, compute_clusters
@@ -218,7 +220,7 @@ def delete_nodes(conn: Tx, node_ids: Sequence[int]) -> int:
 
 
 def enforce_caps(conn: Tx, node_cap: int, edge_cap: int) -> tuple[int, int]:
-    """Delete the lowest non-self nodes, then the lowest edges, down to the caps."""
+    """The caps: the lowest non-self nodes, then the lowest edges, are deleted down to them."""
     nodes_over = conn.graph.node_count() - max(1, int(node_cap))
     removed_nodes = 0
     if nodes_over > 0:
