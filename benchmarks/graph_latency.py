@@ -32,11 +32,11 @@ caches), so they sum to less than the paired figure.
     python benchmarks/graph_latency.py
     python benchmarks/graph_latency.py --exchanges 20000 --queries 500 --repeat 5
     python benchmarks/graph_latency.py --covering-edge-indexes   # a schema idea, measured
-    git show HEAD:src/elastimem/graph.py > /tmp/graph_before.py
+    git show d2c1d18:src/elastimem/graph/core.py > /tmp/graph_before.py   # before the split
     python benchmarks/graph_latency.py --baseline /tmp/graph_before.py
 
 Runs on a busy machine differ by up to 2x, so compare versions with ``--baseline``: it loads
-another graph.py beside the current one and times off / baseline / current query by query,
+another single-module graph (imported as ``elastimem.graph._baseline``) beside the current one and times off / baseline / current query by query,
 in one process on one store. A baseline whose ``build_signal`` cannot read inside the
 ranking's snapshot (no ``conn`` argument, as before schema v6) is timed as ``recall`` ran it
 then: in a read transaction of its own before the ranking's.
@@ -272,12 +272,12 @@ def graph_leg(build_signal: Callable[..., Any]) -> Iterator[None]:
 
 def load_baseline(path: str) -> Callable[..., Any]:
     """``build_signal`` of another graph.py (say, the last commit's), imported beside the
-    current module as ``elastimem._graph_baseline`` with its own caches."""
-    spec = importlib.util.spec_from_file_location("elastimem._graph_baseline", path)
+    current module as ``elastimem.graph._baseline`` with its own caches."""
+    spec = importlib.util.spec_from_file_location("elastimem.graph._baseline", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = "elastimem"
+    module.__package__ = "elastimem.graph"  # a single-module graph (core.py before the split)
     sys.modules[spec.name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
     build_signal: Callable[..., Any] = module.build_signal
