@@ -36,10 +36,11 @@ caches), so they sum to less than the paired figure.
     python benchmarks/graph_latency.py --baseline /tmp/graph_before.py
 
 Runs on a busy machine differ by up to 2x, so compare versions with ``--baseline``: it loads
-another single-module graph (imported as ``elastimem.graph._baseline``) beside the current one and times off / baseline / current query by query,
-in one process on one store. A baseline whose ``build_signal`` cannot read inside the
-ranking's snapshot (no ``conn`` argument, as before schema v6) is timed as ``recall`` ran it
-then: in a read transaction of its own before the ranking's.
+another single-module graph (imported as ``elastimem.graph._baseline``) beside the current
+one and times off / baseline / current query by query, in one process on one store. A
+baseline whose ``build_signal`` cannot read inside the ranking's snapshot (no ``conn``
+argument, as before schema v6) is timed as ``recall`` ran it then: in a read transaction of
+its own before the ranking's.
 """
 
 from __future__ import annotations
