@@ -1,7 +1,9 @@
 """The entity graph (§5.7): names, writes, seeds, expansion, the signal, maintenance, timeline.
 
-Every test runs against a real temporary store. Unit tests write through ``writing(mem)``;
-the end-to-end ones go through an LLM double whose ``extract`` reply carries the graph items.
+Every test runs against a real temporary store. Unit tests call the graph layer on a
+transaction of their own on the store's file (``writing(mem)`` / ``reading(mem)``, see
+``tests/graph/conftest.py``); the end-to-end ones go through an LLM double whose ``extract``
+reply carries the graph items.
 """
 
 from __future__ import annotations
