@@ -265,3 +265,30 @@ def test_open_records_a_new_users_store_once(open_pg: Any) -> None:
     again = open_pg(user, create=False)
     with again.read() as tx:
         assert tx.meta.get("created_at") == created
+
+
+@pytest.mark.parametrize(
+    ("conninfo", "shown"),
+    [
+        (
+            "postgresql://app:pw1@db.internal:5433/memory",
+            "postgresql://app@db.internal:5433/memory",
+        ),
+        ("postgres://app@db.internal/memory?password=pw1", "postgresql://app@db.internal/memory"),
+        (
+            "host=db.internal user=app password=pw1 dbname=memory",
+            "postgresql://app@db.internal/memory",
+        ),
+    ],
+)
+def test_redact_drops_the_password_whatever_the_form(conninfo: str, shown: str) -> None:
+    assert postgres_database.redact(conninfo) == shown
+    assert "pw1" not in postgres_database.redact(conninfo)
+
+
+def test_a_cancelled_statement_is_not_called_a_lock(open_pg: Any) -> None:
+    db = open_pg()
+    with pytest.raises(StoreError, match="cancelled") as caught, db.atomic() as tx:
+        tx.conn.execute("SET LOCAL statement_timeout = '50ms'")
+        tx.conn.execute("SELECT pg_sleep(5)")
+    assert not isinstance(caught.value, StoreLockedError)

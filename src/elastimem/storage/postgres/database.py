@@ -118,15 +118,18 @@ def translate_error(
             f"no free connection to {where} within {POOL_TIMEOUT_SECONDS:g} s (every pooled "
             "connection is in use); retry later or raise the server's connection limit"
         )
-    elif isinstance(
-        exc, (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.QueryCanceled)
-    ):
+    elif isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected)):
         err = StoreLockedError(
             f"{where} stayed locked by another writer of this user ({detail}); close that "
             "process or retry later"
         )
     elif isinstance(exc, pg_errors.SerializationFailure):
         err = StoreLockedError(f"{where}: a concurrent write got in the way ({detail}); retry")
+    elif isinstance(exc, pg_errors.QueryCanceled):
+        err = StoreError(
+            f"a statement on {where} was cancelled ({detail}): the server's statement_timeout "
+            "or an operator stopped it; the transaction was rolled back"
+        )
     elif isinstance(exc, pg_errors.InsufficientPrivilege):
         err = StoreError(
             f"the role may not {action} {where} ({detail}); grant it the privileges the "
