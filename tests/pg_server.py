@@ -32,6 +32,7 @@ DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
 SERVER_USER = "postgres"
 APP_ROLE = "elastimem_test_app"
 START_TIMEOUT_SECONDS = 60
+NO_DRIVER = "psycopg is not installed (pip install -e '.[postgres]')"
 
 
 class PgUnavailable(Exception):
@@ -139,7 +140,7 @@ def start() -> PgServer:
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
-        raise PgUnavailable("psycopg is not installed (pip install -e '.[postgres]')") from exc
+        raise PgUnavailable(NO_DRIVER) from exc
     url = os.environ.get(URL_ENV_VAR, "").strip()
     if url:
         return PgServer(url)

@@ -11,11 +11,13 @@ import urllib.parse
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
 
 from elastimem.errors import ConfigError, StoreClosedError, StoreError, StoreLockedError
 from elastimem.storage.postgres import database as postgres_database
+from tests import pg_server
+
+psycopg = pytest.importorskip("psycopg", reason=pg_server.NO_DRIVER)
 
 
 class Boom(Exception):

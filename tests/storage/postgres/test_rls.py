@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 import pytest
 
 from elastimem.storage.postgres import schema
+from tests import pg_server
+
+psycopg = pytest.importorskip("psycopg", reason=pg_server.NO_DRIVER)
 
 TS = "2026-01-01T00:00:00.000000Z"
 

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from elastimem.clock import parse_moment
@@ -18,6 +17,8 @@ from elastimem.errors import SchemaTooNewError, StoreError
 from elastimem.storage.postgres import database as postgres_database
 from elastimem.storage.postgres import migrations, schema
 from tests import pg_server
+
+psycopg = pytest.importorskip("psycopg", reason=pg_server.NO_DRIVER)
 
 _OPEN_WHEN_TOLD = textwrap.dedent(
     """
