@@ -54,7 +54,7 @@ USER_LOCK_PREFIX = "elastimem.user:"
 _pools: dict[str, tuple[ConnectionPool[Any], int]] = {}
 _pools_guard = threading.Lock()
 _user_locks: dict[tuple[str, str], threading.RLock] = {}
-_rls_warned: set[str] = set()
+_rls_checked: set[str] = set()
 
 
 def is_postgres_url(path: object) -> bool:
@@ -185,6 +185,8 @@ def _begin_sql(conn: psycopg.Connection[Any], user_id: str, *, write: bool) -> b
 
 
 def _acquire_pool(conninfo: str, where: str, max_size: int) -> ConnectionPool[Any]:
+    """This process's pool for ``conninfo`` (made on first use, shared by every store on it,
+    closed with the last one)."""
     from psycopg_pool import ConnectionPool
 
     with _pools_guard:
@@ -192,22 +194,35 @@ def _acquire_pool(conninfo: str, where: str, max_size: int) -> ConnectionPool[An
         if entry is not None:
             _pools[conninfo] = (entry[0], entry[1] + 1)
             return entry[0]
-        pool: ConnectionPool[Any] = ConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
-            timeout=POOL_TIMEOUT_SECONDS,
-            name=f"elastimem {where}",
-            open=False,
-        )
-        try:
-            pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
-        except Exception as exc:
-            pool.close()
-            raise translate_error(exc, where, "connect to", _password(conninfo)) from exc
-        _pools[conninfo] = (pool, 1)
-        return pool
+    # A first connection made directly: the pool retries a failing server in the background
+    # and would only time out, where this says why (refused, unknown host, bad password…).
+    psycopg = _psycopg()
+    try:
+        psycopg.connect(conninfo, connect_timeout=CONNECT_TIMEOUT_SECONDS).close()
+    except psycopg.Error as exc:
+        raise translate_error(exc, where, "connect to", _password(conninfo)) from exc
+    pool: ConnectionPool[Any] = ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
+        timeout=POOL_TIMEOUT_SECONDS,
+        name=f"elastimem {where}",
+        open=False,
+    )
+    try:
+        pool.open(wait=True, timeout=CONNECT_TIMEOUT_SECONDS)
+    except Exception as exc:
+        pool.close()
+        raise translate_error(exc, where, "connect to", _password(conninfo)) from exc
+    with _pools_guard:
+        entry = _pools.get(conninfo)
+        if entry is None:
+            _pools[conninfo] = (pool, 1)
+            return pool
+        _pools[conninfo] = (entry[0], entry[1] + 1)  # another thread made one meanwhile
+    pool.close()
+    return entry[0]
 
 
 def _release_pool(conninfo: str) -> None:
@@ -421,24 +436,20 @@ def open_database(
     ``SchemaTooNewError``), then record the user's store on first use.
 
     ``create`` False opens only a user whose store exists: ``StoreError`` otherwise, and
-    nothing is written.
+    nothing is written. ``pool_max_size`` applies when this opens the process's first store
+    on ``conninfo`` (later stores share that pool).
     """
     psycopg = _psycopg()
-    _check_user_id(user_id)
-    where = redact(conninfo)
-    secret = _password(conninfo)
-    try:
-        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
-    except psycopg.Error as exc:
-        raise translate_error(exc, where, "connect to", secret) from exc
-    try:
-        with conn:
-            version = migrations.ensure_schema(conn, where, create=create)
-            _warn_if_rls_bypassed(conn, where)
-    except psycopg.Error as exc:
-        raise translate_error(exc, where, "create the schema on", secret) from exc
     db = PostgresDatabase(conninfo, user_id, pool_max_size=pool_max_size)
     try:
+        conn = db._checkout("open")
+        try:
+            version = migrations.ensure_schema(conn, db.path, create=create)
+            _warn_if_rls_bypassed(conn, db.path)
+        except psycopg.Error as exc:
+            raise translate_error(exc, db.path, "create the schema on", db._secret) from exc
+        finally:
+            db._checkin(conn)
         _ensure_user(db, version, create=create)
     except BaseException:
         db.close()
@@ -469,11 +480,13 @@ def _ensure_user(db: PostgresDatabase, version: int, *, create: bool) -> None:
 
 def _warn_if_rls_bypassed(conn: psycopg.Connection[Any], where: str) -> None:
     """Say once per address when row-level security does not bind this role."""
+    if where in _rls_checked:
+        return
+    _rls_checked.add(where)
     row = conn.execute(
         "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
     ).fetchone()
-    if row and row[0] and where not in _rls_warned:
-        _rls_warned.add(where)
+    if row and row[0]:
         logger.warning(
             "%s: this role is a superuser or has BYPASSRLS, so row-level security does not "
             "confine it to one user's rows; connect as an ordinary role in production",
