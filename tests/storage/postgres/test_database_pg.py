@@ -294,3 +294,16 @@ def test_a_cancelled_statement_is_not_called_a_lock(open_pg: Any) -> None:
         tx.conn.execute("SET LOCAL statement_timeout = '50ms'")
         tx.conn.execute("SELECT pg_sleep(5)")
     assert not isinstance(caught.value, StoreLockedError)
+
+
+@pytest.mark.parametrize("user_id", ["o'brien", "back\\slash", "naïve user", "a;b -- c"])
+def test_any_user_id_string_is_one_user(open_pg: Any, user_id: str) -> None:
+    db = open_pg(user_id)
+    other = open_pg()
+    with db.atomic() as tx:
+        tx.meta.set("k", user_id)
+    with db.read() as tx:
+        assert tx.meta.get("k") == user_id
+        assert tx.conn.execute("SELECT DISTINCT user_id FROM meta").fetchall() == [(user_id,)]
+    with other.read() as tx:
+        assert tx.meta.get("k") is None

@@ -5,13 +5,15 @@ The surface is ``storage.sqlite.database.Database``'s, so the layers above use e
 consistent snapshot (REPEATABLE READ, READ ONLY); both yield a ``PostgresTx``.
 
 Every transaction starts, in the same round trip as its BEGIN, with
-``set_config('elastimem.user_id', <user>, true)``: the setting lasts until COMMIT or ROLLBACK,
-so a pooled connection never carries a user into the next transaction (and it works through
-PgBouncer in transaction mode), and row-level security (``schema``) admits only that user's
-rows. A write transaction then takes ``pg_advisory_xact_lock`` on the user (a 64-bit hash of
-the id): writers of one user run one at a time, whichever process or machine they are on, as
-on SQLite, where ``BEGIN IMMEDIATE`` serialises the writers of a file; writers of different
-users never wait for each other. ``lock_timeout`` bounds that wait like SQLite's busy timeout
+``SET LOCAL elastimem.user_id = '<user>'``: the setting lasts until COMMIT or ROLLBACK, so a
+pooled connection never carries a user into the next transaction (and it works through
+PgBouncer in transaction mode, and Citus forwards it to the workers with
+``citus.propagate_set_commands = 'local'``, which it does not do for ``set_config``), and
+row-level security (``schema``) admits only that user's rows. A write transaction then
+takes ``pg_advisory_xact_lock`` on the user (a 64-bit hash of the id): writers of one user
+run one at a time, whichever process or machine they are on, as on SQLite, where
+``BEGIN IMMEDIATE`` serialises the writers of a file; writers of different users never wait
+for each other. ``lock_timeout`` bounds that wait like SQLite's busy timeout
 (``StoreLockedError`` past it).
 
 Connections come from one ``psycopg_pool.ConnectionPool`` per server address and process,
@@ -167,20 +169,19 @@ def _begin_sql(conn: psycopg.Connection[Any], user_id: str, *, write: bool) -> b
     user = sql.Literal(user_id)
     if write:
         text = sql.SQL(
-            "BEGIN; SELECT set_config({setting}, {user}, true); "
+            "BEGIN; SET LOCAL {setting} = {user}; "
             "SET LOCAL lock_timeout = {timeout}; "
             "SELECT pg_advisory_xact_lock(hashtextextended({prefix} || {user}, 0))"
         ).format(
-            setting=sql.Literal(USER_SETTING),
+            setting=sql.SQL(USER_SETTING),
             user=user,
             timeout=sql.Literal(f"{LOCK_TIMEOUT_MS}ms"),
             prefix=sql.Literal(USER_LOCK_PREFIX),
         )
     else:
         text = sql.SQL(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; "
-            "SELECT set_config({setting}, {user}, true)"
-        ).format(setting=sql.Literal(USER_SETTING), user=user)
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET LOCAL {setting} = {user}"
+        ).format(setting=sql.SQL(USER_SETTING), user=user)
     return text.as_bytes(conn)
 
 

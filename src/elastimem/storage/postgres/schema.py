@@ -17,7 +17,7 @@ Differences from the SQLite layout, all below the seam:
 
 Row-level security: every user table has ``ENABLE`` and ``FORCE ROW LEVEL SECURITY`` and the
 policy ``elastimem_user`` admitting only rows whose ``user_id`` is the transaction's
-``elastimem.user_id`` setting (``set_config(…, true)`` at the start of every transaction, see
+``elastimem.user_id`` setting (``SET LOCAL`` at the start of every transaction, see
 ``database``), for reads and writes alike. Where the setting is missing or empty no row
 matches. Superusers and roles with BYPASSRLS are not bound by it: applications connect as an
 ordinary role (``grant_to``).
