@@ -26,6 +26,8 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
 URL_ENV_VAR = "ELASTIMEM_TEST_PG_URL"
 BIN_ENV_VAR = "ELASTIMEM_TEST_PG_BIN"
 DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
@@ -71,7 +73,8 @@ class PgServer:
     # -- databases -----------------------------------------------------------------------
 
     def create_database(self, prefix: str = "elastimem_test") -> str:
-        """A new empty database; returns its superuser address. Dropped at ``stop``."""
+        """A new empty database; returns its superuser address. Dropped at ``stop``. Skips
+        the test where the role of ``ELASTIMEM_TEST_PG_URL`` may not create databases."""
         import psycopg
 
         name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
@@ -79,7 +82,7 @@ class PgServer:
             with psycopg.connect(self.admin_url, autocommit=True) as conn:
                 conn.execute(f'CREATE DATABASE "{name}"')
         except psycopg.Error as exc:
-            raise PgUnavailable(f"cannot create a test database on {URL_ENV_VAR}: {exc}") from exc
+            pytest.skip(f"cannot create a test database on the server of {URL_ENV_VAR}: {exc}")
         self._databases.append(name)
         return _with_database(self.admin_url, name)
 
