@@ -307,3 +307,60 @@ def test_any_user_id_string_is_one_user(open_pg: Any, user_id: str) -> None:
         assert tx.conn.execute("SELECT DISTINCT user_id FROM meta").fetchall() == [(user_id,)]
     with other.read() as tx:
         assert tx.meta.get("k") is None
+
+
+def test_connections_the_server_dropped_are_replaced(
+    open_pg: Any, postgres_server: pg_server.PgServer, postgres_url: str
+) -> None:
+    db = open_pg()
+    with db.atomic() as tx:
+        tx.meta.set("k", "before")
+    database = urllib.parse.urlsplit(postgres_url).path.lstrip("/")
+    with psycopg.connect(postgres_server.admin_url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND usename = %s",
+            (database, pg_server.APP_ROLE),
+        )
+    with db.read() as tx:
+        assert tx.meta.get("k") == "before"
+    with db.atomic() as tx:
+        tx.meta.set("k", "after")
+    with db.read() as tx:
+        assert tx.meta.get("k") == "after"
+
+
+def test_a_writer_killed_mid_write_leaves_nothing_and_holds_no_lock(
+    open_pg: Any, postgres_url: str, tmp_path: Any
+) -> None:
+    db = open_pg()
+    ready = tmp_path / "ready"
+    script = textwrap.dedent(
+        """
+        import pathlib, sys, time
+        from elastimem.storage.postgres import database
+        db = database.open_database(sys.argv[1], sys.argv[2])
+        with db.atomic() as tx:
+            tx.meta.set("half", "written")
+            pathlib.Path(sys.argv[3]).touch()
+            time.sleep(600)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script, postgres_url, db.user_id, str(ready)], env=env
+    )
+    try:
+        deadline = 120
+        while not ready.exists() and deadline > 0 and writer.poll() is None:
+            threading.Event().wait(0.05)
+            deadline -= 0.05
+        assert ready.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    with db.atomic() as tx:  # the user's write lock went with the killed process
+        assert tx.meta.get("half") is None
+        tx.meta.set("next", "writer")
+    with db.read() as tx:
+        assert (tx.meta.get("half"), tx.meta.get("next")) == (None, "writer")

@@ -285,12 +285,7 @@ class PostgresDatabase:
                 raise StoreClosedError(f"{self.path} is closed")
             depth = self._depth
             if depth == 0:
-                conn = self._checkout("write to")
-                try:
-                    conn.execute(_begin_sql(conn, self.user_id, write=True))
-                except psycopg.Error as exc:
-                    self._checkin(conn)
-                    raise self._translate(exc, "write to") from exc
+                conn = self._begin(write=True)
                 self._write_conn = conn
             else:
                 conn = self._writer()
@@ -373,10 +368,9 @@ class PostgresDatabase:
             return
         if self._closed:
             raise StoreClosedError(f"{self.path} is closed")
-        conn = self._checkout("read")
+        conn = self._begin(write=False)
         try:
             try:
-                conn.execute(_begin_sql(conn, self.user_id, write=False))
                 yield PostgresTx(conn, self.user_id)
             except psycopg.Error as exc:
                 raise self._translate(exc, "read") from exc
@@ -387,6 +381,27 @@ class PostgresDatabase:
                     pass
         finally:
             self._checkin(conn)
+
+    def _begin(self, *, write: bool) -> psycopg.Connection[Any]:
+        """A pooled connection inside a new transaction for this user.
+
+        A pooled connection the server dropped while it sat idle (a restart, an idle
+        timeout, ``pg_terminate_backend``) fails its BEGIN before any work ran: it is
+        discarded and the BEGIN retried once on a fresh connection.
+        """
+        psycopg = _psycopg()
+        action = "write to" if write else "read"
+        for attempt in range(2):
+            conn = self._checkout(action)
+            try:
+                conn.execute(_begin_sql(conn, self.user_id, write=write))
+                return conn
+            except psycopg.Error as exc:
+                broken = conn.broken
+                self._checkin(conn)
+                if not broken or attempt:
+                    raise self._translate(exc, action) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _checkout(self, action: str) -> psycopg.Connection[Any]:
         psycopg = _psycopg()
