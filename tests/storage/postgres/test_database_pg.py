@@ -364,3 +364,9 @@ def test_a_writer_killed_mid_write_leaves_nothing_and_holds_no_lock(
         tx.meta.set("next", "writer")
     with db.read() as tx:
         assert (tx.meta.get("half"), tx.meta.get("next")) == (None, "writer")
+
+
+def test_without_the_driver_opening_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(ConfigError, match=r"elastimem\[postgres\]"):
+        postgres_database.open_database("postgresql://app@db.internal/memory", "alice")

@@ -251,8 +251,9 @@ class PostgresDatabase:
     """One user's store on a PostgreSQL server: its transactions on the shared pool."""
 
     def __init__(self, conninfo: str, user_id: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
+        _psycopg()  # ConfigError naming the extra, before anything else
+        self.user_id = _check_user_id(user_id)  # ConfigError before any connection
         self.path = redact(conninfo)
-        self.user_id = _check_user_id(user_id)
         self.is_memory = False
         self.read_only = False
         self.read_only_uri: str | None = None
