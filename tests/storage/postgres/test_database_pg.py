@@ -370,3 +370,14 @@ def test_without_the_driver_opening_says_which_extra(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(ConfigError, match=r"elastimem\[postgres\]"):
         postgres_database.open_database("postgresql://app@db.internal/memory", "alice")
+
+
+def test_a_role_that_bypasses_row_security_is_warned_about_once(
+    postgres_server: pg_server.PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = postgres_server.create_database()  # as the superuser
+    with caplog.at_level("WARNING", logger="elastimem"):
+        postgres_database.open_database(url, "alice").close()
+        postgres_database.open_database(url, "bob").close()
+    warned = [r for r in caplog.records if "row-level security" in r.getMessage()]
+    assert len(warned) == 1

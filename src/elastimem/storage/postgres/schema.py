@@ -46,10 +46,11 @@ range); each row's length in tokens D (``term_count`` on the row, NULL until its
 written); N, the number of rows with postings, and the sum of their lengths for avgdl
 (``count(term_count)`` and ``sum(term_count)`` per user, or counters in ``meta`` kept by the
 same transaction). The terms are those of SQLite's tokenizer (``porter unicode61
-remove_diacritics 2``), made in Python by the family that writes the rows, so BM25 ranks alike
-on both backends; PostgreSQL's own ``to_tsvector`` stems and drops words differently, so a
-tsvector column would not. Postings are deleted with their row (composite foreign keys,
-ON DELETE CASCADE), so erase leaves none behind.
+remove_diacritics 2``), made by the family that writes the rows with that very tokenizer in a
+private in-memory SQLite FTS5 table (as ``index.keyword`` tokenises appended chunks), so BM25
+ranks alike on both backends; PostgreSQL's own ``to_tsvector`` stems and drops words
+differently, so a tsvector column would not. Postings are deleted with their row (composite
+foreign keys, ON DELETE CASCADE), so erase leaves none behind.
 """
 
 # One statement per table, in foreign-key order (dict order is creation order).
