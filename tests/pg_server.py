@@ -176,13 +176,18 @@ def _start_private() -> PgServer:
     port = _free_port()
 
     def run(*command: str) -> None:
-        done = subprocess.run(
-            [*prefix, *command], capture_output=True, text=True, timeout=START_TIMEOUT_SECONDS
-        )
+        name = os.path.basename(command[0])
+        try:
+            done = subprocess.run(
+                [*prefix, *command], capture_output=True, text=True, timeout=START_TIMEOUT_SECONDS
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise PgUnavailable(f"no PostgreSQL server: {name} could not run ({exc})") from exc
         if done.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             raise PgUnavailable(
-                f"no PostgreSQL server: {os.path.basename(command[0])} failed "
+                f"no PostgreSQL server: {name} failed "
                 f"({done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
             )
 
