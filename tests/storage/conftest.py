@@ -67,6 +67,11 @@ def open_postgres_database(request: pytest.FixtureRequest) -> Any:
     """A fresh store on PostgreSQL: a new user of the session's database (users share
     nothing, so a new user is a new, empty store)."""
     from elastimem.storage.postgres import database as postgres_database
+    from elastimem.storage.postgres.tx import IMPLEMENTED_FAMILIES
+    from elastimem.storage.tx import Tx
 
+    family = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    if family in Tx.__annotations__ and family not in IMPLEMENTED_FAMILIES:
+        pytest.skip(f"the {family} family is not implemented on PostgreSQL yet (issue #18)")
     url = request.getfixturevalue("postgres_url")
     return postgres_database.open_database(url, f"contract-{uuid.uuid4().hex}")

@@ -22,6 +22,9 @@ from ..transcript import TranscriptRows
 from ..vectors import VectorRows
 from .meta import PostgresMetaRows
 
+# The families written for PostgreSQL so far; the others raise NotImplementedError.
+IMPLEMENTED_FAMILIES = frozenset({"meta"})
+
 
 def _not_yet(family: str) -> NoReturn:
     raise NotImplementedError(
