@@ -4,9 +4,10 @@ generation counters and event log."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...clock import now_ts
+from ..meta import MetaRows
 from ..sqlite.meta import EVENTS_KEPT
 
 
@@ -62,3 +63,9 @@ class PostgresMetaRows:
             "SELECT id FROM events WHERE user_id = %s ORDER BY id DESC OFFSET %s LIMIT 1)",
             (self._user, self._user, EVENTS_KEPT - 1),
         )
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: Any) -> MetaRows:
+        return PostgresMetaRows(conn, "user")
