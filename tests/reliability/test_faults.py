@@ -250,7 +250,7 @@ def test_corrupt_file_is_set_aside_and_a_fresh_store_works(
         _fill(mem)
     page_size = 4096
     # The header past its 16-byte magic: a file without the magic is not an SQLite file at
-    # all, and is refused untouched instead (tests/test_storage.py).
+    # all, and is refused untouched instead (tests/storage/test_storage.py).
     offset, length = (16, 84) if where == "header" else (100, page_size - 100)
     damaged = _corrupt(store_path, offset, length)
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
