@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from elastimem.storage.sqlite import database as sqlite_database
+from elastimem import storage
 
 BACKENDS = ["sqlite"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[storage.Database]:
     """A freshly created, migrated store database on each backend, closed after the test."""
     if request.param == "sqlite":
-        database = sqlite_database.open_store(tmp_path / "contract.db")
+        database = storage.open_database(tmp_path / "contract.db")
     else:  # pragma: no cover - no other backend yet
         raise AssertionError(request.param)
     try:
