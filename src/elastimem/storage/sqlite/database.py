@@ -57,7 +57,8 @@ CLOSE_READ_WAIT_SECONDS = 10.0
 
 
 class Database:
-    """One store's connections, its write lock and its transaction helpers."""
+    """One store's connections, its write lock and its transactions
+    (``storage.database.Database`` on SQLite)."""
 
     def __init__(
         self,
