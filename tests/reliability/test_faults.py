@@ -80,8 +80,8 @@ def _digest(path: Path) -> dict[str, str]:
 
 def _writer_made_by(open_store: Callable[[], elastimem.Elastimem], monkeypatch: Any) -> Any:
     """Open a store and return it with its writer connection: the one connection the open
-    made that may write (readers are ``query_only``). SQLite's ``max_page_count`` holds per
-    connection, so a full disk is simulated on the connection that writes."""
+    made to the store's file that may write (readers are ``query_only``). SQLite's
+    ``max_page_count`` holds per connection, so a full disk is simulated on the writer."""
     made: list[sqlite3.Connection] = []
     real_connect = sqlite3.connect
 
@@ -98,7 +98,8 @@ def _writer_made_by(open_store: Callable[[], elastimem.Elastimem], monkeypatch: 
     writers = []
     for conn in made:
         try:
-            if conn.execute("PRAGMA query_only").fetchone()[0] == 0:
+            files = {row[2] for row in conn.execute("PRAGMA database_list")}
+            if mem.path in files and conn.execute("PRAGMA query_only").fetchone()[0] == 0:
                 writers.append(conn)
         except sqlite3.ProgrammingError:  # closed during the open
             continue
