@@ -64,7 +64,6 @@ import elastimem
 from elastimem.clock import format_ts, utcnow
 from elastimem.graph import core as graph
 from elastimem.retrieval.rank import Filters
-from elastimem.storage.sqlite import database as db
 
 EXCHANGES_PER_SESSION = 20
 RELATIONS = ("knows", "works_at", "lives_in", "owns", "uses", "part_of", "likes", "visited")
@@ -188,7 +187,7 @@ def build(path: str, args: argparse.Namespace) -> tuple[elastimem.Elastimem, lis
                 "valid_from) VALUES (?, ?, 'note', 'auto', 0.5, ?, ?)",
                 (f"note_{i}", _sentence(rng, [rng.choice(names)])[:200], now, now),
             )
-        db.bump_meta(conn, "graph.gen")
+        conn.meta.bump("graph.gen")
         if args.covering_edge_indexes:
             # What a migration could add: the walk would read weights from the index pages
             # instead of one table row per edge.
