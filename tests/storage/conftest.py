@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from elastimem.storage.sqlite import database as sqlite_database
+from elastimem import storage
 from tests import pg_server
 
 BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[storage.Database]:
     """A freshly created, migrated store database on each backend, closed after the test."""
     if request.param == "sqlite":
-        database = sqlite_database.open_store(tmp_path / "contract.db")
+        database = storage.open_database(tmp_path / "contract.db")
     else:
         database = open_postgres_database(request)
     try:
