@@ -12,3 +12,10 @@ from typing import Protocol
 
 class FactRows(Protocol):
     """Fact versions, quarantine and the facts' keyword table."""
+
+    # -- for the facade (quarantine_entries) ------------------------------------------------
+
+    def recent_quarantine(self, n: int) -> list[dict[str, object]]:
+        """The newest ``n`` quarantine entries, oldest first, as dicts of ts, key, value,
+        reason and source."""
+        ...

@@ -13,3 +13,13 @@ class SqliteFactRows:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+
+    # -- for the facade (quarantine_entries) ------------------------------------------------
+
+    def recent_quarantine(self, n: int) -> list[dict[str, object]]:
+        rows = self._conn.execute(
+            "SELECT ts, key, value, reason, source FROM quarantine ORDER BY id DESC LIMIT ?",
+            (max(0, n),),
+        ).fetchall()
+        keys = ("ts", "key", "value", "reason", "source")
+        return [dict(zip(keys, row, strict=True)) for row in reversed(rows)]
