@@ -38,6 +38,9 @@ from .storage.sqlite import files
 DB_ENV_VAR = "ELASTIMEM_DB"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEMO_WAIT_SECONDS = 120.0
+# The label of every vector the built-in embedder made starts with this.
+BUILTIN_LABEL_PREFIX = "elastimem:"
+ALL = 2**63 - 1  # sessions(n=ALL): every session
 
 
 def default_db_path() -> str:
@@ -114,13 +117,7 @@ class CliState:
         """A store for ``recall``/``explain``: with the built-in embedder, warmed up, only
         when the store holds vectors it made (§8.1); keyword search otherwise."""
         with self.store() as mem, mem._db.read() as conn:
-            has_vectors = (
-                conn.execute(
-                    "SELECT 1 FROM chunks WHERE embedding IS NOT NULL AND embedding_model LIKE "
-                    "'elastimem:%' LIMIT 1"
-                ).fetchone()
-                is not None
-            )
+            has_vectors = conn.vectors.has_vectors_labelled(BUILTIN_LABEL_PREFIX)
         if not has_vectors:
             with self.store() as mem:
                 yield mem
@@ -727,7 +724,7 @@ def forget(state: CliState, key: str) -> None:
 @click.option(
     "--include-facts",
     is_flag=True,
-    help="With --session: also erase the full history of facts learned in it.",
+    help="Also erase the full history of facts learned in the session (with --session).",
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @pass_state
@@ -1163,12 +1160,9 @@ def _demo_sessions_to_record(mem: Any, sessions: list[dict[str, Any]]) -> list[d
     time: `demo --db X` run twice stored every turn and fact twice."""
     from .clock import to_ts
 
-    with mem._db.read() as conn:
-        held = set(
-            conn.execute(
-                "SELECT host_tag, started_at FROM sessions WHERE host_tag IS NOT NULL"
-            ).fetchall()
-        )
+    held = {
+        (s["host_tag"], s["started_at"]) for s in mem.sessions(ALL) if s["host_tag"] is not None
+    }
     return [s for s in sessions if (s.get("host_tag"), to_ts(s["started_at"])) not in held]
 
 
@@ -1178,17 +1172,11 @@ def _refuse_other_memories(mem: Any, sessions: list[dict[str, Any]]) -> None:
     from .clock import to_ts
 
     demo = {(s.get("host_tag"), to_ts(s["started_at"])) for s in sessions}
+    held = mem.sessions(ALL)
+    demo_ids = [s["id"] for s in held if (s["host_tag"], s["started_at"]) in demo]
     with mem._db.read() as conn:
-        held = conn.execute("SELECT id, host_tag, started_at FROM sessions").fetchall()
-        demo_ids = [sid for sid, tag, started in held if (tag, started) in demo]
-        marks = ",".join("?" * len(demo_ids))  # SQLite takes an empty list: NOT IN () is true
-        other_facts = conn.execute(
-            "SELECT 1 FROM facts WHERE origin_session_id IS NULL OR origin_session_id NOT IN "
-            f"({marks}) LIMIT 1",
-            demo_ids,
-        ).fetchone()
-        lessons = conn.execute("SELECT 1 FROM lessons LIMIT 1").fetchone()
-    if len(demo_ids) < len(held) or other_facts or lessons:
+        others = conn.admin.has_memories_outside(demo_ids)
+    if len(demo_ids) < len(held) or others:
         raise click.ClickException(
             f"{mem.path} already holds memories that are not the demo; it was left as it "
             "was (the demo would add a sample user's conversations and facts to them): pass "

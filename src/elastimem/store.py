@@ -505,7 +505,7 @@ class Elastimem:
         self._worker.signal()
 
     def drain(self, timeout: float = 5.0) -> bool:
-        """Release batched extractions and wait for this process's jobs; False on timeout."""
+        """Wait for this process's jobs (batched extractions released first); False on timeout."""
         self._check_open()
         timeout = _timeout_arg(timeout)
         return lifecycle.drain(self._services, self._worker, timeout, runnable_only=False)

@@ -119,7 +119,7 @@ def start(
 
 
 def drain(services: Services, worker: Worker, timeout: float, *, runnable_only: bool) -> bool:
-    """Release batched extractions and wait for this process's jobs; False on timeout.
+    """Wait for this process's jobs (batched extractions released first); False on timeout.
     ``runnable_only`` skips jobs in retry back-off."""
     database, owner = services.db, services.owner
     batched = services.profile().extraction_cadence == Cadence.BATCHED

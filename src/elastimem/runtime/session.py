@@ -239,7 +239,7 @@ class SessionState:
         return worker.wait_for(finished, timeout)
 
     def forget(self, session_id: int) -> None:
-        """Drop ``session_id`` from this instance when it is the open one (it is being erased)."""
+        """Let go of ``session_id`` when it is the open one (it is being erased)."""
         with self.lock:
             if session_id == self.session_id:
                 self._reset()
@@ -266,7 +266,7 @@ class SessionState:
             return self.session_id, list(self.digest)
 
     def apply_digest(self, session_id: int, items: list[str]) -> None:
-        """Replace the digest of ``session_id`` (in memory if current) and persist it."""
+        """Set the digest of ``session_id`` (in memory if current) and persist it."""
         with self.lock:
             if session_id == self.session_id:
                 self.digest = list(items)
