@@ -160,14 +160,6 @@ class Elastimem:
         return self._session.session_id
 
     @property
-    def _session_id(self) -> int | None:
-        return self._session.session_id
-
-    @_session_id.setter
-    def _session_id(self, value: int | None) -> None:
-        self._session.session_id = value
-
-    @property
     def config(self) -> ElastimemConfig:
         return copy.deepcopy(self._config)
 

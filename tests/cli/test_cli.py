@@ -24,8 +24,8 @@ from click.testing import CliRunner
 
 import elastimem
 from elastimem import cli
-
-from .conftest import HashEmbedder
+from tests.conftest import HashEmbedder
+from tests.rows import connect
 
 SPEC_COMMANDS = {
     "stats",
@@ -368,7 +368,7 @@ def test_graph_export(tmp_path: Path, db: str) -> None:
         pytest.skip("elastimem.graph.view has no render_dot/render_html yet")
     with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
         now = "2025-01-01T00:00:00.000000Z"
-        with mem._db.atomic() as conn:
+        with connect(mem) as conn:
             conn.execute(
                 "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at) "
                 "VALUES ('person', 'ana \"<b>\"', ?, ?)",
