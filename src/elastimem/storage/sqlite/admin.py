@@ -11,7 +11,12 @@ from . import migrations
 
 FTS_TABLES = {"chunks": "chunks_fts", "facts": "facts_fts"}
 # Export order within a table: its primary key.
-_ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
+_ORDER_BY = {
+    "meta": "key",
+    "graph_mentions": "node_id, chunk_id",
+    "fact_vectors": "fact_id",
+    "ann_index": "label, dim",
+}
 
 
 class SqliteAdminRows:
