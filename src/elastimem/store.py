@@ -324,7 +324,7 @@ class Elastimem:
         self._check_open()
         n = _int_arg(n, "n")
         with self._db.read() as conn:
-            return conn.facts.recent_quarantine(max(0, n))
+            return conn.facts.newest_quarantine(max(0, n))
 
     # -- lessons -----------------------------------------------------------------------------
 

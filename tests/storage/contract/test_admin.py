@@ -1,5 +1,5 @@
 """Contract: ``tx.admin`` (storage.admin.AdminRows) and ``storage.admin.upkeep`` on every
-backend.
+backend, and the reads the front ends appended to the jobs, transcript and vectors families.
 
 Rows are seeded through ``tx.admin.insert_row`` (the import path, logical table names) and
 read back through ``tx.admin.export_rows``, so nothing here is specific to one database.
@@ -377,3 +377,60 @@ def test_upkeep_around_an_erase_keeps_what_was_not_erased(backend_database: Any)
     with backend_database.read() as tx:
         assert rows_of(tx, "chunks", "id") == [(200,)]
         assert rows_of(tx, "facts", "key") == [("pet",)]
+
+
+# -- reads the front ends appended to other families (seeded through admin.insert_row) ------
+# tx.jobs.count_unfinished (the facade's end_session), tx.transcript.ended_session_summaries
+# (the context plan), tx.vectors.has_vectors_labelled (the command line's search store).
+
+
+def test_count_unfinished_counts_queued_and_running_jobs_of_the_list(
+    backend_database: Any,
+) -> None:
+    base = {"kind": "consolidate", "priority": 4, "created_at": NOW, "updated_at": NOW}
+    with backend_database.atomic() as tx:
+        for job_id, state in ((1, "queued"), (2, "running"), (3, "held"), (4, "failed")):
+            put(tx, "jobs", id=job_id, state=state, **base)
+        put(tx, "jobs", id=5, state="queued", **base)
+    with backend_database.read() as tx:
+        assert tx.jobs.count_unfinished([1, 2, 3, 4]) == 2
+        assert tx.jobs.count_unfinished([3, 4, 99]) == 0
+        assert tx.jobs.count_unfinished([]) == 0
+
+
+def test_ended_session_summaries_newest_first(backend_database: Any) -> None:
+    with backend_database.atomic() as tx:
+        put(tx, "sessions", id=1, started_at="2025-01-01", ended_at="2025-01-01", summary="one")
+        put(tx, "sessions", id=2, started_at="2025-01-02", ended_at="2025-01-02", title="two")
+        put(tx, "sessions", id=3, started_at="2025-01-03", ended_at="2025-01-03")  # nothing
+        put(tx, "sessions", id=4, started_at="2025-01-04", summary="open")  # not ended
+        put(tx, "sessions", id=5, started_at="2025-01-05", ended_at="2025-01-05",
+            summary="five", title="Five")  # fmt: skip
+    with backend_database.read() as tx:
+        assert tx.transcript.ended_session_summaries(None, 10) == [
+            ("2025-01-05", "five", "Five"),
+            ("2025-01-02", None, "two"),
+            ("2025-01-01", "one", None),
+        ]
+        assert tx.transcript.ended_session_summaries(5, 1) == [("2025-01-02", None, "two")]
+        assert tx.transcript.ended_session_summaries(None, 0) == []
+
+
+def test_has_vectors_labelled_matches_a_label_prefix(backend_database: Any) -> None:
+    vector = np.ones(2, dtype="<f4") / np.sqrt(np.float32(2))
+    with backend_database.atomic() as tx:
+        put(tx, "sessions", id=1, started_at=NOW)
+        for cid, label in ((1, "host:model"), (2, None), (3, "x_y%")):
+            put(tx, "messages", id=cid, session_id=1, turn=cid, role="user", content="m",
+                created_at=NOW)  # fmt: skip
+            vec: dict[str, Any] = {}
+            if label is not None:
+                vec = {"embedding": vector.tobytes(), "embedding_model": label, "embedding_dim": 2}
+            put(tx, "chunks", id=cid, session_id=1, first_msg_id=cid, last_msg_id=cid, text="t",
+                created_at=NOW, **vec)  # fmt: skip
+    with backend_database.read() as tx:
+        assert tx.vectors.has_vectors_labelled("host:") is True
+        assert tx.vectors.has_vectors_labelled("elastimem:") is False
+        assert tx.vectors.has_vectors_labelled("x_y%") is True
+        assert tx.vectors.has_vectors_labelled("x%") is False  # no wildcard in a prefix
+        assert tx.vectors.has_vectors_labelled("xzy") is False
