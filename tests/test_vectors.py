@@ -33,6 +33,7 @@ from elastimem.index.vectors import (
 )
 from elastimem.retrieval.rank import Filters
 from elastimem.storage.sqlite import database as db_module
+from elastimem.storage.sqlite.vectors import SqliteVectorRows
 
 from .conftest import HashEmbedder
 
@@ -71,7 +72,7 @@ def add_chunks(
                 (sid, at),
             )
             session_ids.append(int(sid or 0))
-        seq = db_module.get_meta_int(conn, "vectors.seq")
+        seq = conn.meta.get_int("vectors.seq")
         for i, vector in enumerate(vectors):
             sid = session_ids[i % sessions]
             msg = conn.execute(
@@ -98,8 +99,8 @@ def add_chunks(
                 ),
             )
             ids.append(int(cur.lastrowid or 0))
-        db_module.set_meta(conn, "vectors.seq", seq)
-        db_module.set_meta(conn, f"embedder.{label}.dim", dim)
+        conn.meta.set("vectors.seq", seq)
+        conn.meta.set(f"embedder.{label}.dim", dim)
     return ids
 
 
@@ -290,7 +291,7 @@ def test_a_backfilled_older_chunk_is_appended_once(database: db_module.Database)
             "embedding_dim = NULL, embed_seq = NULL WHERE id = ?",
             (ids[3],),
         )
-        db_module.bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
     index = index_for(database)
     query = unit_rows(rng, 1, 16)[0]
     search(index, database, query, 5)
@@ -315,7 +316,7 @@ def test_deletes_and_re_embeds_reload_through_gen(database: db_module.Database) 
     # A delete (erase bumps gen in the same transaction).
     with database.atomic() as conn:
         conn.execute("DELETE FROM chunks WHERE id = ?", (ids[10],))
-        db_module.bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
     found = search(index, database, query, 400)
     assert ids[10] not in {cid for cid, _ in found} and index.resident_rows == 299
     assert found == reference(database, query, 400)
@@ -331,13 +332,13 @@ def test_rows_re_scored_before_are_not_read_again_and_never_stale(
     ids = add_chunks(database, unit_rows(rng, 400, 16))
     index = index_for(database)
     read: list[int] = []
-    real = vectors_module._read_vectors
+    real = SqliteVectorRows.read
 
-    def counting(conn: Any, wanted: np.ndarray, label: str, dim: int) -> Any:
+    def counting(rows: Any, label: str, dim: int, wanted: Any) -> Any:
         read.extend(int(i) for i in wanted)
-        return real(conn, wanted, label, dim)
+        return real(rows, label, dim, wanted)
 
-    monkeypatch.setattr(vectors_module, "_read_vectors", counting)
+    monkeypatch.setattr(SqliteVectorRows, "read", counting)
     query = unit_rows(rng, 1, 16)[0]
     first = search(index, database, query, 20)
     assert first == reference(database, query, 20) and len(read) >= 20
@@ -346,18 +347,18 @@ def test_rows_re_scored_before_are_not_read_again_and_never_stale(
     # Replace the best row's vector in place: only seq moves, the row keeps its position.
     best = first[0][0]
     with database.atomic() as conn:
-        seq = db_module.get_meta_int(conn, "vectors.seq") + 1
+        seq = conn.meta.get_int("vectors.seq") + 1
         conn.execute(
             "UPDATE chunks SET embedding = ?, embed_seq = ? WHERE id = ?",
             (np.asarray(-query, "<f4").tobytes(), seq, best),
         )
-        db_module.set_meta(conn, "vectors.seq", seq)
+        conn.meta.set("vectors.seq", seq)
     assert search(index, database, query, 400) == reference(database, query, 400)
     assert search(index, database, -query, 1) == [(best, pytest.approx(1.0))]
     with database.atomic() as conn:
         write_vectors(conn, [ids[5]], query[np.newaxis, :], LABEL)  # bumps gen
         conn.execute("DELETE FROM chunks WHERE id = ?", (first[1][0],))
-        db_module.bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
     assert search(index, database, query, 20) == reference(database, query, 20)
 
 
@@ -438,13 +439,13 @@ def test_only_the_rows_the_bounds_keep_are_read_back(
     add_chunks(database, unit_rows(rng, 4000, 384))
     index = index_for(database)
     read: list[int] = []
-    real = vectors_module._read_vectors
+    real = SqliteVectorRows.read
 
-    def counting(conn: Any, ids: np.ndarray, label: str, dim: int) -> Any:
+    def counting(rows: Any, label: str, dim: int, ids: Any) -> Any:
         read.append(len(ids))
-        return real(conn, ids, label, dim)
+        return real(rows, label, dim, ids)
 
-    monkeypatch.setattr(vectors_module, "_read_vectors", counting)
+    monkeypatch.setattr(SqliteVectorRows, "read", counting)
     for query in unit_rows(rng, 10, 384):
         assert search(index, database, query, 20) == reference(database, query, 20)
     assert max(read) <= 25
@@ -610,7 +611,7 @@ def test_hnsw_never_returns_an_erased_chunk(database: db_module.Database) -> Non
     # a reloaded matrix, while the graph is rebuilt.
     with database.atomic() as conn:
         conn.execute("DELETE FROM chunks WHERE id IN (?, ?)", (victim, ids[-1]))
-        db_module.bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
         conn.execute("DELETE FROM ann_index")
     found = search(index, database, query, 1500)
     assert index.backend_name() == "numpy"
@@ -627,7 +628,7 @@ def test_a_snapshot_is_not_written_after_an_erase(database: db_module.Database) 
     add_chunks(database, unit_rows(rng, 300, 16))
     built = ann_module.build(database, LABEL, 16)
     with database.atomic() as conn:
-        db_module.bump_meta(conn, "vectors.gen")
+        conn.meta.bump("vectors.gen")
     saved = ann_module.save_snapshot(database, LABEL, 16, built.gen, built.seq, built.to_bytes())
     with database.read() as conn:
         assert not saved and conn.execute("SELECT count(*) FROM ann_index").fetchone() == (0,)
