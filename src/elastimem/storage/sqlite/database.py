@@ -33,6 +33,7 @@ from ...errors import ConfigError, SchemaTooNewError, StoreClosedError, StoreErr
 from ...text import em_fold
 from . import files, migrations
 from .meta import get_meta, log_event, set_meta
+from .postings import FTS_TOKENIZER
 from .tx import SqliteTx
 
 logger = logging.getLogger("elastimem")
@@ -40,7 +41,6 @@ logger = logging.getLogger("elastimem")
 # 10 s: long enough to ride out another process's commit or checkpoint, short enough that a
 # truly stuck lock surfaces as StoreLockedError instead of a hang. Tests lower it.
 BUSY_TIMEOUT_MS = 10_000
-FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 FTS_DISABLE_ENV_VAR = "ELASTIMEM_DISABLE_FTS"
 CACHE_KIB = 16_000
 # close() waits this long for reads running on other threads (a recall takes milliseconds;
