@@ -284,7 +284,7 @@ class KeywordIndex:
 
     def answers(self, conn: Tx) -> bool:
         """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
-        work it only does for the index (one rowid lookup)."""
+        work it only does for the index (one small read)."""
         try:
             return self._read_state(conn).rows >= self.table.min_rows
         except (StoreError, ValueError):
@@ -327,7 +327,7 @@ class KeywordIndex:
         return self._preloaded is not None
 
     def close(self) -> None:
-        """Drop the cache and the tokenizer's connection; a later query answers None."""
+        """Free the cache and the tokenizer; a later query answers None."""
         with self._lock:
             self._reset()
             self._closed = True
