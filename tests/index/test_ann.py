@@ -160,8 +160,13 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     assert mem.drain(10)
-    assert mem._vectors.build_ann_now(LABEL, embedder.dim)
     mem.close()
+    database = db_module.open_store(store_path)
+    try:
+        assert index_for(database, vector_backend="hnsw").build_ann_now(LABEL, embedder.dim)
+    finally:
+        database.close()
+    built_at = raw.rows(store_path, "SELECT built_at FROM ann_index")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", _REOPEN_WITHOUT_USEARCH, str(store_path)],
@@ -181,7 +186,8 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     # The snapshot is only a cache, and it is still there for a process that has usearch.
     again = make_store(embedder=HashEmbedder(), vector_backend="hnsw")
     assert again.recall("lighthouse keeper", 5)
-    assert again.stats()["vector_backend"] == "hnsw" and not again._vectors._ann_building
+    assert again.stats()["vector_backend"] == "hnsw"
+    assert raw.rows(store_path, "SELECT built_at FROM ann_index") == built_at  # not rebuilt
 
 
 @needs_usearch

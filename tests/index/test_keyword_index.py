@@ -8,10 +8,10 @@ import random
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +22,7 @@ from elastimem.storage.sqlite.database import open_store
 from elastimem.storage.sqlite.postings import SqlitePostingRows, SqliteTokenizer
 from elastimem.storage.sqlite.tx import SqliteTx
 from elastimem.text import fts_match_expression, query_terms
+from tests.conftest import wait_until
 from tests.rows import execute as execute_raw
 
 # The facts' table as the index mirrors it from the first row (it waits for 16k by default).
@@ -366,29 +367,47 @@ def test_recall_ranks_alike_with_and_without_the_index(
         assert full == small
 
 
+@pytest.fixture
+def used_indexes(monkeypatch: pytest.MonkeyPatch) -> list[KeywordIndex]:
+    """Every KeywordIndex queried or primed from now on (a store's own included)."""
+    seen: list[KeywordIndex] = []
+    for name in ("top", "prime"):
+        real = getattr(KeywordIndex, name)
+
+        def spy(index: KeywordIndex, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if not any(index is other for other in seen):
+                seen.append(index)
+            return _real(index, *args, **kwargs)
+
+        monkeypatch.setattr(KeywordIndex, name, spy)
+    return seen
+
+
+def loaded_chunk_rows(indexes: list[KeywordIndex]) -> int:
+    return max((i.loaded_rows for i in indexes if i.table.name == "chunks"), default=0)
+
+
 def test_warm_up_loads_the_chunk_lengths_before_the_first_recall(
-    make_store: Callable[..., elastimem.Elastimem],
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
 ) -> None:
     mem = make_store()
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     mem.close()
     again = make_store()
-    index = again._services.keyword.chunks
-    assert index.loaded_rows == 0
+    assert loaded_chunk_rows(used_indexes) == 0
     again.warm_up(timeout=5)
-    deadline = time.monotonic() + 10
-    while index.loaded_rows < 30 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert index.loaded_rows == 30
+    assert wait_until(lambda: loaded_chunk_rows(used_indexes) == 30, 10)
 
 
-def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elastimem]) -> None:
+def test_lite_leaves_the_index_unused(
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
+) -> None:
     mem = make_store(tier_override="lite")
     mem.record_turn("the lighthouse keeper", "Noted.")
     assert mem.recall("lighthouse keeper")
     mem.warm_up(timeout=5)
-    assert mem._services.keyword.chunks.loaded_rows == 0
+    assert all(index.loaded_rows == 0 for index in used_indexes)
 
 
 def test_a_closed_index_leaves_queries_to_fts5(
@@ -462,12 +481,22 @@ def test_recall_ranks_facts_alike_with_and_without_the_index(
 
 
 def test_build_context_orders_notes_alike_with_and_without_the_index(
-    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+    make_store: Callable[..., elastimem.Elastimem],
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """build_context ranks notes with the index at any table size (it passes the live
     ids it read), exactly as FTS5 ranks them at LITE."""
-    from elastimem import assembly
+    answered: list[int] = []
+    real_top = KeywordIndex.top
 
+    def counted(index: KeywordIndex, *args: Any, **kwargs: Any) -> Any:
+        found = real_top(index, *args, **kwargs)
+        if index.table.name == "facts" and found is not None:
+            answered.append(len(found))
+        return found
+
+    monkeypatch.setattr(KeywordIndex, "top", counted)
     mem = make_store(tier_override="standard")
     rng = random.Random(14)
     for i in range(90):
@@ -476,12 +505,16 @@ def test_build_context_orders_notes_alike_with_and_without_the_index(
         store_path, "UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 4 = 0"
     )
     lite = make_store(tier_override="lite")
-    assert lite._services.keyword is not None  # held, but unused at LITE
     for terms in queries(random.Random(8), 20):
-        ours = assembly._fact_lines(mem._services, terms, None)
-        theirs = assembly._fact_lines(lite._services, terms, None)
-        assert ours == theirs
-    assert mem._services.keyword.facts.loaded_rows > 0  # the index did answer
+        question = " ".join(terms)
+        before = len(answered)
+        ours = mem.build_context(question).fact_ids
+        assert len(answered) > before  # the index did answer
+        before = len(answered)
+        theirs = lite.build_context(question).fact_ids
+        assert len(answered) == before  # and is unused at LITE
+        shown = min(len(ours), len(theirs))  # the tiers' budgets differ
+        assert shown > 0 and ours[:shown] == theirs[:shown]
 
 
 # -- preloading every posting -------------------------------------------------------------------
@@ -610,18 +643,15 @@ def test_too_many_appended_postings_drop_the_preload(
 
 
 def test_the_first_recall_has_the_worker_preload_the_store(
-    make_store: Callable[..., elastimem.Elastimem],
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
 ) -> None:
     mem = make_store(tier_override="standard")
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
-    index = mem._services.keyword.chunks
-    assert not index.preloaded
+    assert not used_indexes
     assert mem.recall("lighthouse keeper")
-    deadline = time.monotonic() + 10
-    while not index.preloaded and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert index.preloaded
+    chunks = [i for i in used_indexes if i.table.name == "chunks"]
+    assert chunks and wait_until(lambda: chunks[0].preloaded, 10)
     assert [h.id for h in mem.recall("lighthouse keeper", k=30)] == [
         h.id for h in mem.recall("lighthouse keeper", k=30)
     ]

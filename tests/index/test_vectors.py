@@ -35,7 +35,7 @@ from elastimem.retrieval.rank import Filters
 from elastimem.storage.sqlite import database as db_module
 from elastimem.storage.sqlite.vectors import SqliteVectorRows
 from tests import rows as raw
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, wait_until
 from tests.index.chunk_vectors import (
     LABEL,
     NO_FILTERS,
@@ -610,9 +610,13 @@ def test_store_reopened_without_usearch_keeps_everything(
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     assert mem.drain(10)
-    assert mem.recall("lighthouse keeper", 3)
-    mem._vectors.build_ann_now(LABEL, embedder.dim)
-    assert mem.stats()["vector_backend"] == "hnsw"
+    # The first recall has the worker build the graph; a later one is answered by it.
+    assert wait_until(
+        lambda: (
+            bool(mem.recall("lighthouse keeper", 3)) and mem.stats()["vector_backend"] == "hnsw"
+        ),
+        30,
+    )
     mem.close()
     monkeypatch.setattr(ann_module, "_usearch_state", {})
     monkeypatch.setitem(sys.modules, "usearch", None)
@@ -629,19 +633,21 @@ def test_store_reopened_without_usearch_keeps_everything(
 
 
 def test_warm_up_loads_the_index_before_the_first_recall(
-    make_store: Callable[..., elastimem.Elastimem],
+    make_store: Callable[..., elastimem.Elastimem], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import time
-
     mem = make_store(embedder=HashEmbedder())
     for i in range(20):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     assert mem.drain(10)
     mem.close()
+    primed: list[VectorIndex] = []
+    real_prime = VectorIndex.prime
+
+    def recording(index: VectorIndex, label: str, dim: int) -> None:
+        primed.append(index)
+        real_prime(index, label, dim)
+
+    monkeypatch.setattr(VectorIndex, "prime", recording)
     again = make_store(embedder=HashEmbedder())
-    assert again._vectors.resident_rows == 0
     assert again.warm_up(timeout=5)
-    deadline = time.monotonic() + 10
-    while again._vectors.resident_rows < 20 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert again._vectors.resident_rows == 20
+    assert wait_until(lambda: bool(primed) and primed[0].resident_rows == 20, 10)
