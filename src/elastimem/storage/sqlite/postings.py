@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ...errors import StoreError
-from ..postings import ERASE_GEN_KEY, PostingsState
+from ..postings import ERASE_GEN_KEY, PostingRows, PostingsState
 
 _T = TypeVar("_T")
 
@@ -261,3 +261,9 @@ def _varint(block: bytes, at: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, at + i + 1
     raise ValueError("bad varint")
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> PostingRows:
+        return SqlitePostingRows(conn)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...clock import now_ts
-from ..vectors import CREATED_DTYPE, VectorBlock
+from ..vectors import CREATED_DTYPE, VectorBlock, VectorRows
 
 # Ids per ``IN (…)`` list: well under SQLite's variable limit.
 IN_BATCH = 500
@@ -209,3 +209,9 @@ def _block(rows: Sequence[tuple[Any, ...]], dim: int) -> VectorBlock:
         )
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(count, dim)
     return VectorBlock(ids, sessions, created, matrix.astype(np.float32, copy=False))
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> VectorRows:
+        return SqliteVectorRows(conn)
