@@ -137,7 +137,7 @@ def test_a_group_writable_store_opened_read_only_is_named_too(
     os.chmod(path, 0o664)
     # A store this process may not write opens read-only; root writes any file, so the
     # refusal is simulated.
-    monkeypatch.setattr(db, "_cannot_write", lambda resolved: True)
+    monkeypatch.setattr(db.opening, "cannot_write", lambda resolved: True)
     with (
         caplog.at_level(logging.WARNING, logger="elastimem"),
         elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem,

@@ -206,7 +206,7 @@ def test_a_read_only_store_opens_read_only(
     path = tmp_path / "kate.db"
     path.chmod(0o444)
     if getattr(os, "geteuid", lambda: -1)() == 0:
-        monkeypatch.setattr(db_module, "_cannot_write", lambda resolved: True)
+        monkeypatch.setattr(db_module.opening, "cannot_write", lambda resolved: True)
     before = path.read_bytes()
     with elastimem.open_user(tmp_path, "kate", disable_builtin_embedder=True) as kate:
         assert kate._db.read_only

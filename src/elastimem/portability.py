@@ -36,9 +36,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from . import graph
 from .clock import now_ts
 from .errors import ConfigError, ImportFormatError, StoreError
-from .graph import core as graph
 from .index.keyword import ERASE_GEN_KEY
 from .memory import fact_vectors
 from .memory.episodic import close_session

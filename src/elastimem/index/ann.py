@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..storage.sqlite.database import Database
+from ..storage.database import Database
 from ..storage.tx import Tx
 
 logger = logging.getLogger("elastimem")

@@ -38,7 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import ElastimemConfig
-from ..storage.sqlite.database import Database
+from ..storage.database import Database
 from ..storage.tx import Tx
 from ..storage.vectors import CREATED_DTYPE
 from . import ann as ann_module

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from .. import graph
 from ..clock import now_ts
 from ..config import ElastimemConfig
 from ..enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
 from ..errors import EmbedderError
 from ..extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
 from ..governor import MemoryProfile
-from ..graph import core as graph
 from ..guards import is_instruction_like
 from ..index.keyword import KeywordIndexes
 from ..index.vectors import EmbeddingSource, VectorIndex, passage_texts, write_vectors
@@ -1053,10 +1053,18 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
     step("graph decay", lambda: graph.consolidate_decay(services.db, config))
     step("graph dedupe", lambda: graph.consolidate_dedupe(services.db))
     if full:
-        step("graph merge", lambda: graph.consolidate_llm_merge(services, config))
+        step(
+            "graph merge",
+            lambda: graph.consolidate_llm_merge(
+                services.db, services.ask, config, stop_on=(GateDenied,)
+            ),
+        )
     step("clusters", lambda: graph.consolidate_clusters(services.db))
     if full:
-        step("cluster labels", lambda: graph.consolidate_labels(services))
+        step(
+            "cluster labels",
+            lambda: graph.consolidate_labels(services.db, services.ask, stop_on=(GateDenied,)),
+        )
 
     def trims() -> None:
         with services.db.atomic() as conn:

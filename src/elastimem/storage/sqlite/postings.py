@@ -19,11 +19,9 @@ import numpy as np
 
 from ...errors import StoreError
 from ..postings import ERASE_GEN_KEY, PostingRows, PostingsState
+from .fts import FTS_TOKENIZER
 
 _T = TypeVar("_T")
-
-# The FTS5 tables' tokenizer (their DDL is in database.py, which takes it from here).
-FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 # Rows of an FTS5 table's ``_data`` shadow table: the averages record and the structure
 # record (fixed ids in FTS5's file format).

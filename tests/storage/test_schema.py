@@ -14,10 +14,11 @@ from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.errors import SchemaTooNewError
 from elastimem.storage.sqlite import migrations
 from tests.legacy_layouts import create_legacy_store
+from tests.rows import connect
 
-SNAPSHOT = Path(__file__).parent / "data" / "schema_v7.sql"
-SNAPSHOT_V6 = Path(__file__).parent / "data" / "schema_v6.sql"
-SNAPSHOT_V5 = Path(__file__).parent / "data" / "schema_v5.sql"
+SNAPSHOT = Path(__file__).parents[1] / "data" / "schema_v7.sql"
+SNAPSHOT_V6 = Path(__file__).parents[1] / "data" / "schema_v6.sql"
+SNAPSHOT_V5 = Path(__file__).parents[1] / "data" / "schema_v5.sql"
 GRAPH_TRIGGERS = [
     f"graph_stamp_{part}_{when}"
     for part in ("nodes", "edges", "mentions")
@@ -156,7 +157,7 @@ def test_every_written_timestamp_is_canonical(make_store, llm) -> None:  # type:
     mem.add_lesson("Keep answers short")
     mem.end_session()
     mem.drain()
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         tables = [
             r[0]
             for r in conn.execute(

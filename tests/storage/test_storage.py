@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from hypothesis import strategies as st
 import elastimem
 from elastimem.errors import StoreClosedError, StoreError, StoreLockedError
 from elastimem.storage.sqlite import database as db
+from elastimem.storage.sqlite.meta import EVENTS_KEPT
 from elastimem.text import sanitize
+from tests.rows import one, rows
 
 
 def test_missing_parent_folders_are_created_and_tilde_expanded(isolated_env: Path) -> None:
@@ -34,10 +37,7 @@ def test_garbage_file_is_set_aside_with_its_side_files(tmp_path: Path) -> None:
     with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
         mem.remember("name", "Ada")
         assert mem.facts() == {"name": "Ada"}
-        with mem._db.read() as conn:
-            events = conn.execute(
-                "SELECT detail FROM events WHERE kind = 'recovered_from_corruption'"
-            ).fetchall()
+        events = rows(mem, "SELECT detail FROM events WHERE kind = 'recovered_from_corruption'")
         assert len(events) == 1
     aside = sorted(p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name)
     assert len(aside) == 3
@@ -120,8 +120,7 @@ def test_store_created_without_fts_finds_old_rows_once_fts_is_back(
         assert mem.fts_enabled
         hits = mem.recall("aquarium")
         assert hits and "aquarium" in hits[0].text
-        with mem._db.read() as conn:
-            kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
+        kinds = [r[0] for r in rows(mem, "SELECT kind FROM events ORDER BY id")]
         assert "fts_rebuilt" in kinds
 
 
@@ -136,11 +135,10 @@ def test_store_reopened_without_fts_still_accepts_writes(
         mem.record_turn("second turn about canoes", "ok")
         mem.remember("boat", "kayak")
         assert mem.recall("canoes")
-        with mem._db.read() as conn:
-            kinds = [r[0] for r in conn.execute("SELECT kind FROM events ORDER BY id")]
-            triggers = conn.execute(
-                "SELECT count(*) FROM sqlite_master WHERE type='trigger' AND name LIKE '%fts%'"
-            ).fetchone()[0]
+        kinds = [r[0] for r in rows(mem, "SELECT kind FROM events ORDER BY id")]
+        triggers = one(
+            mem, "SELECT count(*) FROM sqlite_master WHERE type='trigger' AND name LIKE '%fts%'"
+        )
         assert "fts_disabled" in kinds and triggers == 0
     monkeypatch.delenv("ELASTIMEM_DISABLE_FTS")
     with elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem:
@@ -210,19 +208,19 @@ def test_writes_stop_with_a_clear_error_once_the_file_is_gone(
 def test_atomic_nests_as_savepoints_and_rolls_back(tmp_path: Path) -> None:
     store = db.open_store(tmp_path / "x.db")
     try:
-        with store.atomic() as conn:
-            db.set_meta(conn, "outer", 1)
-            with pytest.raises(RuntimeError), store.atomic():
-                db.set_meta(conn, "inner", 1)
+        with store.atomic() as tx:
+            tx.meta.set("outer", 1)
+            with pytest.raises(RuntimeError), store.atomic() as inner:
+                inner.meta.set("inner", 1)
                 raise RuntimeError("undo the inner level only")
-        with store.read() as conn:
-            assert db.get_meta(conn, "outer") == "1"
-            assert db.get_meta(conn, "inner") is None
-        with pytest.raises(RuntimeError), store.atomic() as conn:
-            db.set_meta(conn, "gone", 1)
+        with store.read() as tx:
+            assert tx.meta.get("outer") == "1"
+            assert tx.meta.get("inner") is None
+        with pytest.raises(RuntimeError), store.atomic() as tx:
+            tx.meta.set("gone", 1)
             raise RuntimeError("undo everything")
-        with store.read() as conn:
-            assert db.get_meta(conn, "gone") is None
+        with store.read() as tx:
+            assert tx.meta.get("gone") is None
     finally:
         store.close()
 
@@ -230,8 +228,8 @@ def test_atomic_nests_as_savepoints_and_rolls_back(tmp_path: Path) -> None:
 def test_sqlite_errors_are_wrapped(tmp_path: Path) -> None:
     store = db.open_store(tmp_path / "x.db")
     try:
-        with pytest.raises(StoreError) as info, store.atomic() as conn:
-            conn.execute("INSERT INTO no_such_table VALUES (1)")
+        with pytest.raises(StoreError) as info, store.atomic() as tx:
+            tx.conn.execute("INSERT INTO no_such_table VALUES (1)")
         assert isinstance(info.value.__cause__, sqlite3.Error)
     finally:
         store.close()
@@ -244,7 +242,7 @@ def test_a_store_file_this_user_may_not_read_gets_its_own_message(
     path = tmp_path / "locked.db"
     path.write_bytes(b"")
     cant_open = sqlite3.OperationalError("unable to open database file")
-    monkeypatch.setattr(db.os, "access", lambda *args, **kwargs: False)  # as root, always True
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)  # as root, always True
     message = str(db.translate_error(cant_open, str(path), "open"))
     assert message == f"cannot open {path}: this user may not read it; fix its permissions"
 
@@ -255,8 +253,8 @@ def test_readers_cannot_write(tmp_path: Path) -> None:
         reader = threading.Thread(target=lambda: None)
         reader.start()
         reader.join()
-        with pytest.raises(StoreError), store.read() as conn:
-            conn.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")
+        with pytest.raises(StoreError), store.read() as tx:
+            tx.conn.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')")
     finally:
         store.close()
 
@@ -264,12 +262,11 @@ def test_readers_cannot_write(tmp_path: Path) -> None:
 def test_events_keep_the_newest_thousand(tmp_path: Path) -> None:
     store = db.open_store(tmp_path / "x.db")
     try:
-        with store.atomic() as conn:
+        with store.atomic() as tx:
             for i in range(1100):
-                db.log_event(conn, "reindex", n=i)
-        with store.read() as conn:
-            count, newest = conn.execute("SELECT count(*), max(id) FROM events").fetchone()
-        assert count == db.EVENTS_KEPT and newest >= 1100
+                tx.meta.log_event("reindex", n=i)
+        [(count, newest)] = rows(store, "SELECT count(*), max(id) FROM events")
+        assert count == EVENTS_KEPT and newest >= 1100
     finally:
         store.close()
 
@@ -305,10 +302,10 @@ def test_close_waits_for_a_read_running_on_another_thread(tmp_path: Path) -> Non
     inside, go_on, results = threading.Event(), threading.Event(), []
 
     def reader() -> None:
-        with store.read() as conn:
+        with store.read() as tx:
             inside.set()
             assert go_on.wait(10)
-            results.append(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
+            results.append(tx.meta.get_int("schema_version"))
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -335,12 +332,12 @@ def test_a_read_outliving_the_close_wait_closes_its_own_connection(
     inside, go_on, seen = threading.Event(), threading.Event(), []
 
     def reader() -> None:
-        with store.read() as conn:
+        with store.read() as tx:
             inside.set()
             assert go_on.wait(10)
             # close() gave up waiting, yet this connection is still open for this read.
-            seen.append(conn.execute("SELECT 1").fetchone()[0])
-            seen.append(conn)
+            seen.append(tx.conn.execute("SELECT 1").fetchone()[0])
+            seen.append(tx.conn)
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -401,7 +398,7 @@ print("ok")
 """
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", script],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=240,

@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 
 import elastimem
-from elastimem.graph import core as graph
+from elastimem import graph
+from elastimem.graph import maintenance as graph_maint
+from elastimem.graph import names as graph_names
 from elastimem.graph import view as graph_view
+from tests.graph.conftest import database, reading, writing
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -44,7 +47,7 @@ NASTY = [
 def put(
     mem: elastimem.Elastimem, entities: list[str], relationships: list[tuple[str, str, str]]
 ) -> None:
-    with mem._db.atomic() as conn:
+    with writing(mem) as conn:
         graph.store_extraction(
             conn,
             [{"name": n, "type": "thing"} for n in entities],
@@ -65,8 +68,8 @@ def sample(make_store: Callable[..., elastimem.Elastimem]) -> elastimem.Elastime
     put(mem, ["Maya", "Lisbon"], [("Maya", "lives in", "Lisbon"), ("USER", "sister", "Maya")])
     put(mem, ["Lonely"], [])
     put(mem, NASTY, [(NASTY[0], 'says "hi"', NASTY[1]), (NASTY[2], "near", NASTY[3])])
-    with mem._db.atomic() as conn:
-        graph.compute_clusters(conn)
+    with writing(mem) as conn:
+        graph_maint.compute_clusters(conn)
         conn.execute(
             "UPDATE graph_nodes SET cluster_label = 'Robots & <Co>' "
             "WHERE canonical_name = 'tuffy' OR canonical_name = 'jetson' "
@@ -76,7 +79,7 @@ def sample(make_store: Callable[..., elastimem.Elastimem]) -> elastimem.Elastime
 
 
 def node_count(mem: elastimem.Elastimem) -> int:
-    with mem._db.read() as conn:
+    with reading(mem) as conn:
         return int(conn.execute("SELECT count(*) FROM graph_nodes").fetchone()[0])
 
 
@@ -98,7 +101,7 @@ _DOT_LINES = [
 
 
 def test_dot(sample: elastimem.Elastimem) -> None:
-    dot = graph_view.render_dot(sample)
+    dot = graph_view.render_dot(database(sample))
     lines = dot.splitlines()
     assert lines[0] == "digraph elastimem {" and lines[-1] == "}"
     for line in lines:
@@ -109,7 +112,7 @@ def test_dot(sample: elastimem.Elastimem) -> None:
     assert 'label="back\\\\slash"' in dot
     assert 'label="Robots & <Co>";' in dot
     assert len(re.findall(r"^ +n\d+ \[", dot, re.M)) == node_count(sample)
-    with sample._db.read() as conn:
+    with reading(sample) as conn:
         assert graph_view.render_dot(conn) == dot  # a connection works as well
 
 
@@ -119,7 +122,7 @@ def test_dot_with_graphviz_if_present(sample: elastimem.Elastimem, tmp_path: Pat
         pytest.skip("Graphviz is not installed; the line grammar test covers the syntax")
     out = subprocess.run(
         [dot_exe, "-Tsvg"],
-        input=graph_view.render_dot(sample),
+        input=graph_view.render_dot(database(sample)),
         text=True,
         capture_output=True,
         timeout=60,
@@ -128,7 +131,7 @@ def test_dot_with_graphviz_if_present(sample: elastimem.Elastimem, tmp_path: Pat
 
 
 def test_dot_of_an_empty_graph(make_store: Callable[..., elastimem.Elastimem]) -> None:
-    dot = graph_view.render_dot(make_store())
+    dot = graph_view.render_dot(database(make_store()))
     assert dot == (
         "digraph elastimem {\n"
         '  graph [rankdir=LR, fontname="Helvetica"];\n'
@@ -176,7 +179,7 @@ def parse(page: str) -> _Nodes:
 
 
 def test_html_is_self_contained_and_escaped(sample: elastimem.Elastimem) -> None:
-    page = graph_view.render_html(sample)
+    page = graph_view.render_html(database(sample))
     assert page.startswith("<!DOCTYPE html>")
     for forbidden in ("http:", "https:", "//cdn", "<link", "@import", "url(", "src=", "@font-face"):
         assert forbidden not in page, forbidden
@@ -190,7 +193,7 @@ def test_html_is_self_contained_and_escaped(sample: elastimem.Elastimem) -> None
     names = {n["data-name"] for n in parsed.nodes}
     assert "(you)" in names and "@self" not in names
     assert 'tuffy "the <bot>' in names  # the parser unescapes attributes
-    assert graph._canonicalize(NASTY[-1]) in names
+    assert graph_names._canonicalize(NASTY[-1]) in names
 
 
 def test_views_drop_control_and_bidi_override_characters(
@@ -202,14 +205,14 @@ def test_views_drop_control_and_bidi_override_characters(
     spoof = "admin\u202egro.liamg@\u202c"
     put(mem, [spoof, "csi\u009b31m red\x7f", "tab\tand\rreturn"], [(spoof, "knows\u2066", "x")])
     forbidden = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-    page = graph_view.render_html(mem)
-    dot = graph_view.render_dot(mem)
+    page = graph_view.render_html(database(mem))
+    dot = graph_view.render_dot(database(mem))
     assert not forbidden.search(page) and not forbidden.search(dot)
     assert "admingro.liamg@" in dot and "csi31m red" in dot and "tab and return" in dot
 
 
 def test_html_colours_by_cluster(sample: elastimem.Elastimem) -> None:
-    parsed = parse(graph_view.render_html(sample))
+    parsed = parse(graph_view.render_html(database(sample)))
     by_name = {n["data-name"]: n for n in parsed.nodes}
     fill = {name: parsed.fills[str(n["data-node-id"])] for name, n in by_name.items()}
     assert fill["tuffy"] == fill["jetson"] == fill["cuda"]
@@ -222,8 +225,8 @@ def test_html_colours_by_cluster(sample: elastimem.Elastimem) -> None:
 
 
 def test_html_layout_is_deterministic(sample: elastimem.Elastimem) -> None:
-    assert graph_view.render_html(sample) == graph_view.render_html(sample)
-    positions = graph_view.layout(graph_view.load_snapshot(sample))
+    assert graph_view.render_html(database(sample)) == graph_view.render_html(database(sample))
+    positions = graph_view.layout(graph_view.load_snapshot(database(sample)))
     assert len(positions) == node_count(sample)
     assert len(set(positions.values())) == len(positions)  # no two nodes on one spot
 
@@ -233,7 +236,7 @@ def test_html_of_a_large_graph(make_store: Callable[..., elastimem.Elastimem]) -
     for c in range(25):
         names = [f"C{c} N{i}" for i in range(8)]
         put(mem, names, [(a, "near", b) for a, b in zip(names, names[1:])])
-    parsed = parse(graph_view.render_html(mem))
+    parsed = parse(graph_view.render_html(database(mem)))
     assert len(parsed.nodes) == 201
     assert len(set(parsed.fills.values())) == 26  # 25 cluster colours + the self colour
 
@@ -316,7 +319,7 @@ def test_html_in_headless_chromium(sample: elastimem.Elastimem, tmp_path: Path) 
     exe = chromium_or_install()
     if exe is None:
         pytest.skip("chromium is not installed and could not be installed")
-    page = graph_view.render_html(sample)
+    page = graph_view.render_html(database(sample))
     probed = page.replace("<head>", "<head>\n" + ERROR_PROBE, 1)
     path = tmp_path / "graph.html"
     path.write_text(probed, encoding="utf-8")

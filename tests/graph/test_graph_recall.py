@@ -19,11 +19,10 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem.graph import core as graph
-from elastimem.retrieval.rank import Filters
+from elastimem import graph
 from elastimem.text import STOPWORDS, word_tokens
-
-from .conftest import HashEmbedder, ScriptedLLM
+from tests.conftest import HashEmbedder, ScriptedLLM
+from tests.graph.conftest import reading
 
 START = datetime(2025, 1, 6, 9, 0, tzinfo=timezone.utc)
 REPLIES = ["Got it.", "Noted.", "Understood.", "Okay, saved.", "Right."]
@@ -320,7 +319,7 @@ def build_corpus(make_store: Callable[..., elastimem.Elastimem], **kw: Any) -> e
 
 
 def chunk_id(mem: elastimem.Elastimem, marker: str) -> int:
-    with mem._db.read() as conn:
+    with reading(mem) as conn:
         rows = conn.execute(
             "SELECT id FROM chunks WHERE instr(text, ?) > 0", ("User: " + marker,)
         ).fetchall()
@@ -329,9 +328,15 @@ def chunk_id(mem: elastimem.Elastimem, marker: str) -> int:
 
 
 def top5(mem: elastimem.Elastimem, question: str, hops: int) -> list[int]:
-    signal = graph.build_signal(mem._db, question, hops)
-    ranking, _ = mem._rank(question, 5, frozenset({"chunk"}), Filters(), signal=signal)
-    return [h.id for h in (ranking.hits if ranking else [])]  # type: ignore[misc]
+    """The top five chunks ``recall`` gives with the graph leg walking ``hops`` steps."""
+    build_signal = graph.build_signal
+
+    def with_hops(database: Any, text: object, _hops: int, **kw: Any) -> Any:
+        return build_signal(database, text, hops, **kw)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graph, "build_signal", with_hops)
+        return [h.id for h in mem.recall(question, k=5, kinds=["chunk"])]
 
 
 def recall_at_5(
@@ -376,7 +381,7 @@ def test_corpus_shape(corpus: elastimem.Elastimem) -> None:
     for question, marker in HOP_QUESTIONS:
         asked = set(word_tokens(question)) - STOPWORDS
         target = chunk_id(corpus, marker)
-        with corpus._db.read() as conn:
+        with reading(corpus) as conn:
             text = conn.execute("SELECT text FROM chunks WHERE id = ?", (target,)).fetchone()[0]
         assert not asked & set(word_tokens(text)), question
 

@@ -1,5 +1,6 @@
-"""The graph leg's kept reads (``graph._Neighbourhoods``, ``graph._LiveFacts``) and the signal
-read inside the ranking's snapshot: the same answers as plain SQL, and never stale."""
+"""The graph leg's kept reads (``neighbourhoods._Neighbourhoods``,
+``facts_index._LiveFacts``) and the signal read inside the ranking's snapshot: the same
+answers as plain SQL, and never stale."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import logging
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -15,11 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import elastimem
-from elastimem import clock
+from elastimem import clock, graph
 from elastimem.clock import now_ts
-from elastimem.graph import core as graph
+from elastimem.graph import facts_index as graph_facts
+from elastimem.graph import maintenance as graph_maint
+from elastimem.graph import names as graph_names
+from elastimem.graph import neighbourhoods as graph_walk
+from elastimem.graph import signal as graph_signal
 from elastimem.retrieval import rank as retrieval
 from elastimem.retrieval.rank import Filters
+from elastimem.storage.sqlite import database as sqlite_database
+from tests.graph.conftest import database, reading, writing
 
 Store = elastimem.Elastimem
 CHUNKS = 24
@@ -41,7 +50,7 @@ def store(make_store: Callable[..., Store]) -> Store:
 
 
 def chunk_ids(mem: Store) -> list[int]:
-    with mem._db.read() as conn:
+    with reading(mem) as conn:
         return [int(r[0]) for r in conn.execute("SELECT id FROM chunks ORDER BY id")]
 
 
@@ -49,7 +58,7 @@ def write_graph(mem: Store, data: dict[str, Any]) -> list[int]:
     """Replace every node but the self node with ``data``'s graph; return the node ids."""
     now = now_ts()
     chunks = chunk_ids(mem)
-    with mem._db.atomic() as conn:
+    with writing(mem) as conn:
         me = int(conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchone()[0])
         conn.execute("DELETE FROM graph_nodes WHERE type <> 'self'")
         ids = [
@@ -57,7 +66,7 @@ def write_graph(mem: Store, data: dict[str, Any]) -> list[int]:
                 conn.execute(
                     "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at, "
                     "confidence) VALUES ('thing', ?, ?, ?, ?)",
-                    (graph._canonicalize(NAMES[i]), now, now, confidence),
+                    (graph_names._canonicalize(NAMES[i]), now, now, confidence),
                 ).lastrowid
                 or 0
             )
@@ -76,7 +85,7 @@ def write_graph(mem: Store, data: dict[str, Any]) -> list[int]:
             "INSERT OR IGNORE INTO graph_mentions VALUES (?, ?, ?)",
             [(ids[n % len(ids)], chunks[c % len(chunks)], now) for n, c in data["mentions"]],
         )
-        graph._bump_gen(conn)
+        graph_names._bump_gen(conn)
     return ids
 
 
@@ -119,25 +128,25 @@ def typed(rows: Any) -> Any:
 def test_kept_reads_give_exactly_what_sql_gives(store: Store, data: Any, pick: Any) -> None:
     ids = write_graph(store, data)
     everything = chunk_ids(store)
-    with store._db.read() as conn:
-        index, stamp = graph._names_and_stamp(conn)
+    with reading(store) as conn:
+        index, stamp = graph_names._names_and_stamp(conn)
         me = index.self_id
         assert stamp is not None and me is not None
-        lazy = graph._Neighbourhoods(stamp, me, filling=True)
-        complete = graph._Neighbourhoods(stamp, me, filling=True)
+        lazy = graph_walk._Neighbourhoods(stamp, me, filling=True)
+        complete = graph_walk._Neighbourhoods(stamp, me, filling=True)
         complete._load_all(conn)
         assert complete.complete
         for hops in (0, 1, 2, 3, 4):
             seeds = pick.sample(ids, pick.randint(1, min(3, len(ids))))
-            walked = graph._walk(conn, seeds, hops, me)
+            walked = graph_walk._walk(conn, seeds, hops, me)
             assert typed(lazy.walk(conn, seeds, hops)) == typed(walked)
             assert typed(complete.walk(conn, seeds, hops)) == typed(walked)
             if not walked:
                 continue
-            names = graph._node_names(conn, index, [row[0] for row in walked])
-            plain = graph.Signal(walked, seeds, index, names)
+            names = graph_signal._node_names(conn, index, [row[0] for row in walked])
+            plain = graph_signal.Signal(walked, seeds, index, names)
             for kept in (lazy, complete):
-                signal = graph.Signal(walked, seeds, index, names, kept)
+                signal = graph_signal.Signal(walked, seeds, index, names, kept)
                 assert typed(signal.chunk_scores(conn, everything)) == typed(
                     plain.chunk_scores(conn, everything)
                 )
@@ -149,18 +158,18 @@ def test_kept_reads_give_exactly_what_sql_gives(store: Store, data: Any, pick: A
                 assert signal.extra_chunks(conn, session, 10) == plain.extra_chunks(
                     conn, session, 10
                 )
-            facts = graph._fact_index(conn, index.identity)
+            facts = graph_facts._fact_index(conn, index.identity)
             expected = plain._lifted(conn, Filters(), facts)
-            for _ in range(graph.FILL_FROM_QUERY + 1):  # SQL first, then the kept ids
+            for _ in range(graph_walk.FILL_FROM_QUERY + 1):  # SQL first, then the kept ids
                 assert plain.fact_candidates(conn, Filters()) == expected
 
 
 @pytest.fixture
 def no_keeping(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The graph leg as before the cache: every walk and mention read in SQL."""
-    monkeypatch.setattr(graph, "_neighbourhoods_for", lambda *args: None)
-    monkeypatch.setattr(graph, "_live_facts_for", lambda *args: graph._LiveFacts("off"))
-    monkeypatch.setattr(graph, "FILL_FROM_QUERY", 10**9)
+    monkeypatch.setattr(graph_walk, "_neighbourhoods_for", lambda *args: None)
+    monkeypatch.setattr(graph_facts, "_live_facts_for", lambda *args: graph_facts._LiveFacts("off"))
+    monkeypatch.setattr(graph_walk, "FILL_FROM_QUERY", 10**9)
     yield
 
 
@@ -201,22 +210,22 @@ def test_recall_and_explain_are_the_same_with_and_without_the_cache(
         },
     )
     # FULL_READ_FROM_QUERY queries under one stamp, so the last rounds use the full read.
-    monkeypatch.setattr(graph, "FULL_READ_FROM_QUERY", 2 * len(QUESTIONS) * 2)
+    monkeypatch.setattr(graph_walk, "FULL_READ_FROM_QUERY", 2 * len(QUESTIONS) * 2)
     # Scores age with the clock's minute: hold it, so a minute turning mid-test changes none.
     moment = clock.utcnow()
-    for module in (clock, retrieval, graph):
+    for module in (clock, retrieval, graph_maint):
         monkeypatch.setattr(module, "utcnow", lambda: moment)
     kept = [answers(store) for _ in range(4)]
     assert all(k == kept[0] for k in kept)
     with monkeypatch.context() as patched:
-        patched.setattr(graph, "_neighbourhoods_for", lambda *args: None)
-        patched.setattr(graph, "_live_facts_for", lambda *args: graph._LiveFacts("off"))
+        patched.setattr(graph_walk, "_neighbourhoods_for", lambda *args: None)
+        patched.setattr(graph_facts, "_live_facts_for", lambda *args: graph_facts._LiveFacts("off"))
         assert answers(store) == kept[0]
     assert any(r.graph_traversal for r in kept[0][1::2])  # the graph took part
 
 
-def tuffy_signal(mem: Store) -> graph.Signal:
-    found = graph.build_signal(mem._db, "what about Tuffy?", 2)
+def tuffy_signal(mem: Store) -> graph_signal.Signal:
+    found = graph.build_signal(database(mem), "what about Tuffy?", 2)
     assert found is not None
     return found
 
@@ -224,14 +233,14 @@ def tuffy_signal(mem: Store) -> graph.Signal:
 def test_a_write_by_another_process_is_seen_at_once(store: Store) -> None:
     ids = write_graph(store, {"confidence": [0.9, 0.8], "edges": [], "mentions": [(0, 0)]})
     tuffy, jetson = ids
-    for _ in range(graph.FULL_READ_FROM_QUERY + 2):  # keeping, then read in full
+    for _ in range(graph_walk.FULL_READ_FROM_QUERY + 2):  # keeping, then read in full
         found = tuffy_signal(store)
     assert found._kept is not None and found._kept.complete
     assert set(found.reached) == {tuffy}
     last = chunk_ids(store)[-1]
     code = f"""
 import sqlite3
-conn = sqlite3.connect({str(store._db.path)!r}, isolation_level=None)
+conn = sqlite3.connect({str(database(store).path)!r}, isolation_level=None)
 conn.execute("PRAGMA foreign_keys = ON")
 conn.execute("INSERT INTO graph_edges (source_node, target_node, relationship, weight, "
              "created_at, last_seen) VALUES ({tuffy}, {jetson}, 'runs', 1.0, 'x', 'x')")
@@ -241,54 +250,49 @@ conn.close()
     subprocess.run([sys.executable, "-c", code], check=True)
     found = tuffy_signal(store)
     assert set(found.reached) == {tuffy, jetson}
-    with store._db.read() as conn:
+    with reading(store) as conn:
         assert found.chunk_scores(conn, [last])[last][1] == ("jetson",)
         assert last in dict(found.extra_chunks(conn, Filters(), 30))
     # A confidence change by another connection, and a deleted mention.
-    conn = sqlite3.connect(store._db.path, isolation_level=None)
+    conn = sqlite3.connect(database(store).path, isolation_level=None)
     conn.execute("UPDATE graph_nodes SET confidence = 0.5 WHERE id = ?", (tuffy,))
     conn.execute("DELETE FROM graph_mentions WHERE node_id = ?", (jetson,))
     conn.close()
     found = tuffy_signal(store)
     assert found.reached[tuffy].strength == 0.5
-    with store._db.read() as conn:
+    with reading(store) as conn:
         assert found.chunk_scores(conn, [last]) == {}
 
 
 def test_nothing_is_kept_before_a_stamp_serves_a_few_queries(store: Store) -> None:
     write_graph(store, {"confidence": [0.9, 0.8], "edges": [(1, 2, 0, 1.0)], "mentions": []})
-    for query in range(1, graph.FILL_FROM_QUERY + 1):
+    for query in range(1, graph_walk.FILL_FROM_QUERY + 1):
         found = tuffy_signal(store)
         assert len(found.reached) == 2
-        kept = graph._neighbourhoods[found._identity]
+        kept = graph_walk._neighbourhoods[found._identity]
         assert kept.queries == query
-        assert kept.filling == (query >= graph.FILL_FROM_QUERY)
+        assert kept.filling == (query >= graph_walk.FILL_FROM_QUERY)
         assert bool(kept.edges) == kept.filling
         assert (found._kept is kept) == kept.filling  # before: the SQL walk answered
 
 
 def test_a_store_without_the_stamp_reads_everything_in_sql(store: Store) -> None:
     write_graph(store, {"confidence": [0.9, 0.8], "edges": [(1, 2, 0, 1.0)], "mentions": []})
-    with store._db.atomic() as conn:
+    with writing(store) as conn:
         conn.execute("DELETE FROM meta WHERE key = 'graph.stamp'")  # as a v5 file read-only
-    for _ in range(graph.FILL_FROM_QUERY + 1):
+    for _ in range(graph_walk.FILL_FROM_QUERY + 1):
         found = tuffy_signal(store)
         assert found._kept is None and len(found.reached) == 2
 
 
 def test_recall_reads_the_graph_in_its_own_snapshot(store: Store) -> None:
     write_graph(store, {"confidence": [0.9, 0.8], "edges": [(1, 2, 0, 1.0)], "mentions": []})
-    store.recall("what about Tuffy?")  # opens this thread's reader
-    seen: list[str] = []
-    reader = store._db._reader()
-    reader.set_trace_callback(seen.append)
-    try:
-        hits = store.recall("what about Tuffy?")
-    finally:
-        reader.set_trace_callback(None)
+    store.recall("what about Tuffy?")
+    hits: list[Any] = []
+    blocks = transactions(store, lambda: hits.extend(store.recall("what about Tuffy?")))
     assert hits
-    assert [s for s in seen if s.split()[0] in ("BEGIN", "COMMIT")] == ["BEGIN", "COMMIT"]
-    assert any("graph.stamp" in s for s in seen)  # the graph was read in that transaction
+    assert len(blocks) == 1  # one read transaction on this thread
+    assert any("graph.stamp" in s for s in blocks[0])  # the graph was read in that transaction
 
 
 def test_a_failing_graph_read_ranks_without_the_graph(
@@ -308,20 +312,28 @@ def test_a_failing_graph_read_ranks_without_the_graph(
 
 
 def transactions(mem: Store, run: Callable[[], object]) -> list[list[str]]:
-    """The statements ``run`` sends through this thread's reader, by transaction."""
-    reader = mem._db._reader()
-    seen: list[str] = []
-    reader.set_trace_callback(seen.append)
-    try:
-        run()
-    finally:
-        reader.set_trace_callback(None)
+    """The statements ``run`` sends on this thread, by read transaction (each
+    ``Database.read`` of the SQLite backend, traced on its connection)."""
+    me = threading.get_ident()
     out: list[list[str]] = []
-    for statement in seen:
-        if statement.startswith("BEGIN"):
+    read = sqlite_database.Database.read
+
+    @contextmanager
+    def traced_read(self: Any) -> Iterator[Any]:
+        with read(self) as tx:
+            if threading.get_ident() != me:
+                yield tx
+                return
             out.append([])
-        elif out and not statement.startswith("COMMIT"):
-            out[-1].append(statement)
+            tx.conn.set_trace_callback(out[-1].append)
+            try:
+                yield tx
+            finally:
+                tx.conn.set_trace_callback(None)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_database.Database, "read", traced_read)
+        run()
     return out
 
 
@@ -353,11 +365,11 @@ def test_build_context_is_the_same_with_and_without_the_cache(
     def plans() -> list[dict[str, str]]:
         return [store.build_context(q).sections for q in questions]
 
-    kept = [plans() for _ in range(graph.FILL_FROM_QUERY + 1)]
+    kept = [plans() for _ in range(graph_walk.FILL_FROM_QUERY + 1)]
     assert all(k == kept[0] for k in kept)
     assert kept[0][0]["graph_context"]
-    monkeypatch.setattr(graph, "_neighbourhoods_for", lambda *args: None)
-    monkeypatch.setattr(graph, "_live_facts_for", lambda *args: graph._LiveFacts("off"))
+    monkeypatch.setattr(graph_walk, "_neighbourhoods_for", lambda *args: None)
+    monkeypatch.setattr(graph_facts, "_live_facts_for", lambda *args: graph_facts._LiveFacts("off"))
     assert plans() == kept[0]
 
 
