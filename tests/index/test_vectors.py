@@ -526,7 +526,8 @@ def test_hnsw_never_returns_an_erased_chunk(database: db_module.Database) -> Non
         bump(conn, "vectors.gen")
         conn.execute("DELETE FROM ann_index")
     found = search(index, database, query, 1500)
-    assert index.backend_name() == "numpy"
+    # numpy answered (the graph's rebuild may already be done by now on a loaded machine,
+    # so which backend is current is not asserted): never an erased chunk either way.
     assert {victim, ids[-1]}.isdisjoint({cid for cid, _ in found})
     wait_for_ann(index, database, query)
     assert {victim, ids[-1]}.isdisjoint({cid for cid, _ in search(index, database, query, 200)})
