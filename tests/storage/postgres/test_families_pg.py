@@ -1,0 +1,206 @@
+"""The transcript, facts and lessons families on PostgreSQL: what the contract suite cannot see
+from above the seam (keyword postings written with the rows, per-user scoping, row locks,
+a refused insert inside a transaction) (issue #18)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elastimem import storage
+from elastimem.errors import StoreError
+from tests import pg_server
+
+psycopg = pytest.importorskip("psycopg", reason=pg_server.NO_DRIVER)
+
+T0 = "2026-01-01T00:00:00.000000Z"
+T1 = "2026-01-02T00:00:00.000000Z"
+TEXTS = ["The runners were running, RUNNING!", "Café au lait, café; naïve résumé", ""]
+
+
+def _session(tx: Any, above: int = 0) -> int:
+    return int(
+        tx.transcript.insert_session(
+            above=above,
+            started_at=T0,
+            host_tag=None,
+            owner_pid=1,
+            owner_host="h",
+            heartbeat_at=T0,
+            backdated=False,
+        )
+    )
+
+
+def _chunks(tx: Any, texts: list[str]) -> list[int]:
+    session_id = _session(tx)
+    message = tx.transcript.insert_message(
+        session_id, 1, "user", "m", created_at=T0, token_estimate=1
+    )
+    return list(tx.transcript.insert_chunks(session_id, message, message, texts, created_at=T0))
+
+
+def _fact(tx: Any, key: str, value: str) -> int:
+    return int(
+        tx.facts.insert_version(
+            key,
+            value,
+            category="note",
+            source="explicit",
+            importance=0.5,
+            created_at=T0,
+            valid_from=T0,
+            origin_session_id=None,
+        )
+    )
+
+
+def _sqlite_postings(path: Path, table: str) -> dict[int, dict[str, int]]:
+    """row id -> term -> frequency, as SQLite's FTS5 index of ``table`` holds them."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, {table}, instance)")
+        found: dict[int, dict[str, int]] = {}
+        for term, doc, n in conn.execute("SELECT term, doc, count(*) FROM v GROUP BY term, doc"):
+            found.setdefault(int(doc), {})[str(term)] = int(n)
+        return found
+    finally:
+        conn.close()
+
+
+def _pg_postings(tx: Any, table: str, column: str) -> dict[int, dict[str, int]]:
+    found: dict[int, dict[str, int]] = {}
+    for term, row_id, tf in tx.conn.execute(f"SELECT term, {column}, tf FROM {table}"):
+        found.setdefault(int(row_id), {})[str(term)] = int(tf)
+    return found
+
+
+def test_postings_are_written_with_chunks_and_facts_as_sqlite_fts5_has_them(
+    open_pg: Any, tmp_path: Path
+) -> None:
+    sqlite_db = storage.open_database(tmp_path / "same.db")
+    try:
+        with sqlite_db.atomic() as tx:
+            sqlite_chunks = _chunks(tx, TEXTS)
+            sqlite_fact = _fact(tx, "favourite_drink", "Cafés au lait, running")
+    finally:
+        sqlite_db.close()
+    want_chunks = _sqlite_postings(tmp_path / "same.db", "chunks_fts")
+    want_fact = _sqlite_postings(tmp_path / "same.db", "facts_fts")[sqlite_fact]
+
+    database = open_pg()
+    with database.atomic() as tx:
+        chunk_ids = _chunks(tx, TEXTS)
+        fact_id = _fact(tx, "favourite_drink", "Cafés au lait, running")
+    with database.read() as tx:
+        chunks = _pg_postings(tx, "chunk_terms", "chunk_id")
+        facts = _pg_postings(tx, "fact_terms", "fact_id")
+        lengths = dict(tx.conn.execute("SELECT id, term_count FROM chunks").fetchall())
+        (fact_length,) = tx.conn.execute("SELECT term_count FROM facts").fetchone()
+    for mine, theirs in zip(chunk_ids, sqlite_chunks, strict=True):
+        assert chunks.get(mine, {}) == want_chunks.get(theirs, {})
+        assert lengths[mine] == sum(want_chunks.get(theirs, {}).values())
+    assert lengths[chunk_ids[2]] == 0  # an empty chunk is a row of no tokens
+    assert facts == {fact_id: want_fact}
+    assert fact_length == sum(want_fact.values())
+
+
+def test_a_refused_fact_leaves_the_write_usable(open_pg: Any) -> None:
+    database = open_pg()
+    with database.atomic() as tx:
+        _fact(tx, "city", "Paris")
+        with pytest.raises(StoreError, match="already has a live version"):
+            _fact(tx, "city", "Lyon")
+        _fact(tx, "pet", "cat")  # the transaction goes on, as it does on SQLite
+    with database.read() as tx:
+        assert tx.facts.shown_values() == {"city": "Paris", "pet": "cat"}
+
+
+def test_each_user_has_its_own_rows_and_ids(open_pg: Any) -> None:
+    alice, bob = open_pg(), open_pg()
+    with alice.atomic() as tx:
+        for _ in range(3):
+            _session(tx)
+        _fact(tx, "city", "Paris")
+        tx.lessons.add_or_revive("check the units", "a", T0)
+        for n in range(3):
+            tx.facts.add_quarantine(at=T0, key=f"a{n}", value=None, reason="r", source=None)
+    with bob.atomic() as tx:
+        assert _session(tx) == 1  # session ids count per user
+        assert tx.facts.live_version("city") is None
+        _fact(tx, "city", "Rome")  # one live version per key and user
+        tx.lessons.add_or_revive("check the units", None, T1)
+        tx.facts.add_quarantine(at=T0, key="b", value=None, reason="r", source=None)
+        tx.facts.trim_quarantine(0)
+    with alice.read() as tx:
+        assert tx.facts.shown_values() == {"city": "Paris"}
+        (lesson,) = tx.lessons.most_used(5)
+        assert lesson.last_used_at == T0  # bob's use counted for bob only
+        assert [e["key"] for e in tx.facts.newest_quarantine(10)] == ["a0", "a1", "a2"]
+        assert [row["id"] for row in tx.transcript.recent_sessions(10)] == [3, 2, 1]
+
+
+def test_newest_messages_reads_a_long_session_page_by_page(open_pg: Any) -> None:
+    database = open_pg()
+    with database.atomic() as tx:
+        session_id = _session(tx)
+        for turn in range(1, 151):
+            for role in ("user", "assistant"):
+                tx.transcript.insert_message(
+                    session_id, turn, role, f"{role} {turn}", created_at=T0, token_estimate=2
+                )
+    with database.read() as tx:
+        read = [content for _role, content, _tokens in tx.transcript.newest_messages(session_id)]
+    assert len(read) == 300
+    assert read[:3] == ["assistant 150", "user 150", "assistant 149"]
+    assert read[-1] == "user 1"
+
+
+def test_a_lesson_longer_than_an_index_entry_is_still_one_lesson(open_pg: Any) -> None:
+    text = "always " + "x" * 20_000
+    database = open_pg()
+    with database.atomic() as tx:
+        tx.lessons.add_or_revive(text, None, T0)
+        tx.lessons.add_or_revive(text, "tag", T1)
+        assert tx.lessons.archived_state(text) is False
+        assert tx.lessons.archived_state(text + "y") is None
+    with database.read() as tx:
+        (lesson,) = tx.lessons.most_used(5)
+    assert (lesson.text, lesson.last_used_at) == (text, T1)
+
+
+def test_live_version_in_a_write_locks_the_row_until_it_ends(
+    open_pg: Any, postgres_url: str
+) -> None:
+    database = open_pg()
+    with database.atomic() as tx:
+        _fact(tx, "city", "Paris")
+    outcome: list[str] = []
+    locked = threading.Event()
+
+    def other_writer() -> None:
+        # A connection of the same user that does not take the user's advisory lock: only
+        # the row lock stands between it and the live version.
+        locked.wait(10)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("BEGIN")
+            conn.execute("SELECT set_config('elastimem.user_id', %s, true)", (database.user_id,))
+            conn.execute("SET LOCAL lock_timeout = '200ms'")
+            try:
+                conn.execute("UPDATE facts SET invalidated_at = %s WHERE key = 'city'", (T1,))
+                outcome.append("updated")
+            except psycopg.errors.LockNotAvailable:
+                outcome.append("blocked")
+            conn.execute("ROLLBACK")
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    with database.atomic() as tx:
+        assert tx.facts.live_version("city") is not None
+        locked.set()
+        thread.join(10)
+    assert outcome == ["blocked"]
