@@ -9,11 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..lessons import LessonRows, UsedLesson
-
-
-def _limit(n: int) -> int | None:
-    """A LIMIT as SQLite reads it: a negative one is no limit (NULL is ALL here)."""
-    return None if n < 0 else n
+from .terms import limit as _limit
 
 
 class PostgresLessonRows:

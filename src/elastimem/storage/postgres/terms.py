@@ -63,6 +63,42 @@ def terms_of(texts: Sequence[str]) -> list[Terms]:
     return [(found, sum(found.values())) for found in counts]
 
 
+def token_lists(texts: Sequence[str]) -> list[list[str]]:
+    """The tokens of each text in order (what an FTS5 phrase query matches against)."""
+    if not texts:
+        return []
+    with _lock:
+        conn = _tokenizer()
+        conn.executemany(
+            "INSERT INTO tok(rowid, text) VALUES (?, ?)",
+            [(n, text) for n, text in enumerate(texts, start=1)],
+        )
+        out: list[list[str]] = [[] for _ in texts]
+        try:
+            for term, doc in conn.execute("SELECT term, doc FROM tok_vocab ORDER BY doc, offset"):
+                out[int(doc) - 1].append(str(term))
+        finally:
+            conn.execute("INSERT INTO tok(tok) VALUES ('delete-all')")
+    return out
+
+
+def holds_phrase(tokens: Sequence[str], phrase: Sequence[str]) -> bool:
+    """Whether ``phrase`` occurs in ``tokens`` as consecutive tokens."""
+    width = len(phrase)
+    if not width:
+        return False
+    first = phrase[0]
+    return any(
+        tokens[i] == first and list(tokens[i : i + width]) == list(phrase)
+        for i in range(len(tokens) - width + 1)
+    )
+
+
+def limit(n: int) -> int | None:
+    """A LIMIT as SQLite reads it: a negative one is no limit (NULL is ALL on PostgreSQL)."""
+    return None if n < 0 else n
+
+
 def fact_text(key: str, value: str) -> str:
     """A fact's keyword text: key and value counted together, as FTS5 counts a row of the
     two columns (its tokenizer splits on the space)."""

@@ -22,12 +22,13 @@ from ..stats import StatsRows
 from ..transcript import TranscriptRows
 from ..vectors import VectorRows
 from .facts import PostgresFactRows
+from .graph import PostgresGraphRows
 from .lessons import PostgresLessonRows
 from .meta import PostgresMetaRows
 from .transcript import PostgresTranscriptRows
 
 # The families written for PostgreSQL so far; the others raise NotImplementedError.
-IMPLEMENTED_FAMILIES = frozenset({"meta", "transcript", "facts", "lessons"})
+IMPLEMENTED_FAMILIES = frozenset({"meta", "transcript", "facts", "lessons", "graph"})
 
 
 def _not_yet(family: str) -> NoReturn:
@@ -74,9 +75,9 @@ class PostgresTx:
     def jobs(self) -> JobRows:
         _not_yet("jobs")
 
-    @property
+    @cached_property
     def graph(self) -> GraphRows:
-        _not_yet("graph")
+        return PostgresGraphRows(self.conn, self.user_id)
 
     @property
     def vectors(self) -> VectorRows:
