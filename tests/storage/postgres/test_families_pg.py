@@ -204,3 +204,57 @@ def test_live_version_in_a_write_locks_the_row_until_it_ends(
         locked.set()
         thread.join(10)
     assert outcome == ["blocked"]
+
+
+PHRASE_TEXTS = [
+    "Ada Lovelace wrote the notes",
+    "lovelace, Ada!",
+    "Ada met Lovelace",
+    "ADA LOVELACE's engines",
+    "running dogs",
+    "the dog runs",
+    'a "quoted" Ada Lovelace',
+]
+NAMES = ["Ada Lovelace", "lovelace", "run", "dogs running", "Ada", 'ada" OR "dog', "!!", "dög"]
+
+
+def _mentioned(database: Any, limit: int) -> dict[str, list[int]]:
+    """name -> positions in PHRASE_TEXTS of the chunks ``mention_chunks_naming`` links."""
+    found: dict[str, list[int]] = {}
+    with database.atomic() as tx:
+        chunk_ids = _chunks(tx, PHRASE_TEXTS)
+        for name in NAMES:
+            node = tx.graph.insert_node("thing", name, [], now=T0, importance=0.5, confidence=0.5)
+            added = tx.graph.mention_chunks_naming(node, name, T0, limit)
+            linked = {c for c, _n in tx.graph.mentions_among(chunk_ids, [node])}
+            assert added == len(linked)
+            found[name] = sorted(chunk_ids.index(c) for c in linked)
+    return found
+
+
+@pytest.mark.parametrize("limit", [50, 2, 0, -1])
+def test_mention_chunks_naming_matches_what_fts5_phrases_match(
+    open_pg: Any, tmp_path: Path, limit: int
+) -> None:
+    sqlite_db = storage.open_database(tmp_path / "phrases.db")
+    try:
+        want = _mentioned(sqlite_db, limit)
+    finally:
+        sqlite_db.close()
+    database = open_pg()
+    assert _mentioned(database, limit) == want
+    if limit == 50:
+        assert want["Ada Lovelace"] == [0, 3, 6] and want["run"] == [4, 5]
+
+
+def test_mention_chunks_naming_pages_through_many_candidates(open_pg: Any) -> None:
+    database = open_pg()
+    texts = ["tuffy rolls on" if n % 2 else "rolls, then tuffy" for n in range(500)]
+    with database.atomic() as tx:
+        chunk_ids = _chunks(tx, texts)
+        node = tx.graph.insert_node("thing", "tuffy", [], now=T0, importance=0.5, confidence=0.5)
+        assert tx.graph.mention_chunks_naming(node, "Tuffy rolls", T0, 240) == 240
+        linked = sorted(c for c, _n in tx.graph.mentions_among(chunk_ids, [node]))
+        assert tx.graph.mention_chunks_naming(node, "Tuffy rolls", T0, -1) == 10
+    # the newest 240 of the 250 chunks holding the phrase
+    assert linked == [c for n, c in enumerate(chunk_ids) if n % 2][-240:]
