@@ -22,8 +22,8 @@ from ...errors import StoreError
 from ..graph import GraphNode, GraphRows
 from ..sqlite.graph import dump_aliases, load_aliases
 from ..sqlite.migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, SELF_NODE_NAME
+from .sql import limit as _limit
 from .terms import holds_phrase, token_lists
-from .terms import limit as _limit
 
 _NODE_COLUMNS = (
     "id, type, canonical_name, aliases, confidence, mention_count, created_at, updated_at, "

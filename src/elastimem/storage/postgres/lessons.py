@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..lessons import LessonRows, UsedLesson
-from .terms import limit as _limit
+from .sql import limit as _limit
 
 
 class PostgresLessonRows:

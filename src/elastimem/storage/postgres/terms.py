@@ -94,11 +94,6 @@ def holds_phrase(tokens: Sequence[str], phrase: Sequence[str]) -> bool:
     )
 
 
-def limit(n: int) -> int | None:
-    """A LIMIT as SQLite reads it: a negative one is no limit (NULL is ALL on PostgreSQL)."""
-    return None if n < 0 else n
-
-
 def fact_text(key: str, value: str) -> str:
     """A fact's keyword text: key and value counted together, as FTS5 counts a row of the
     two columns (its tokenizer splits on the space)."""
