@@ -258,3 +258,21 @@ def test_mention_chunks_naming_pages_through_many_candidates(open_pg: Any) -> No
         assert tx.graph.mention_chunks_naming(node, "Tuffy rolls", T0, -1) == 10
     # the newest 240 of the 250 chunks holding the phrase
     assert linked == [c for n, c in enumerate(chunk_ids) if n % 2][-240:]
+
+
+def test_a_failed_phrase_search_leaves_the_write_usable(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastimem.storage.postgres import graph as pg_graph
+
+    database = open_pg()
+    monkeypatch.setattr(pg_graph, "_PHRASE_PAGE", -1)  # the server refuses a negative LIMIT
+    with database.atomic() as tx:
+        (chunk,) = _chunks(tx, ["tuffy rolls"])
+        node = tx.graph.insert_node("thing", "tuffy", [], now=T0, importance=0.5, confidence=0.5)
+        with pytest.raises(StoreError, match="graph read failed"):
+            tx.graph.mention_chunks_naming(node, "tuffy", T0, 10)
+        # As on SQLite, where the graph writer logs the failure and goes on.
+        assert tx.graph.add_mentions([(node, chunk)], T0) == [(node, chunk)]
+    with database.read() as tx:
+        assert tx.graph.mentions_among([chunk], [node]) == [(chunk, node)]

@@ -541,7 +541,9 @@ class PostgresGraphRows:
             stamp = self._meta(GRAPH_STAMP_KEY)
             if stamp is not None:
                 yield (0, stamp, None, None)
-            for kind, first, second, weight in self._conn.execute(sql, params).fetchall():
+            # Iterating the cursor makes each row's tuple as it is handed on (the result
+            # itself is already client-side: nothing is left open on the server).
+            for kind, first, second, weight in self._conn.execute(sql, params):
                 if kind == 1:
                     yield (1, int(first), float(second), None)
                 else:
@@ -656,43 +658,51 @@ class PostgresGraphRows:
         (phrase,) = token_lists([name])
         if not phrase or limit == 0:
             return 0
+        # A savepoint: the caller logs a failed search and goes on writing, which a failed
+        # statement would otherwise forbid for the rest of the transaction.
+        self._conn.execute("SAVEPOINT em_phrase")
+        try:
+            added = self._link_phrase(node_id, phrase, now, _limit(limit))
+        except Error as exc:
+            self._conn.execute("ROLLBACK TO SAVEPOINT em_phrase")
+            self._conn.execute("RELEASE SAVEPOINT em_phrase")
+            raise _read_failed(exc) from exc
+        self._conn.execute("RELEASE SAVEPOINT em_phrase")
+        return added
+
+    def _link_phrase(self, node_id: int, phrase: list[str], now: str, wanted: int | None) -> int:
         distinct = sorted(set(phrase))
         matched: list[int] = []
-        wanted = _limit(limit)
-        try:
-            last: tuple[str, int] | None = None
-            while wanted is None or len(matched) < wanted:
-                after = "" if last is None else " AND (c.created_at, c.id) < (%s, %s)"
-                rows = self._rows(
-                    "SELECT c.id, c.text, c.created_at FROM chunks c WHERE c.user_id = %s "
-                    "AND c.id IN (SELECT t.chunk_id FROM chunk_terms t WHERE t.user_id = %s "
-                    "AND t.term = ANY(%s) GROUP BY t.chunk_id "
-                    f"HAVING count(*) = %s){after} ORDER BY c.created_at DESC, c.id DESC LIMIT %s",
-                    (self._user, distinct, len(distinct), *(last or ()), _PHRASE_PAGE),
-                )
-                if not rows:
-                    break
-                if len(phrase) == 1:
-                    found = [int(r[0]) for r in rows]
-                else:
-                    texts = token_lists([str(r[1]) for r in rows])
-                    found = [int(r[0]) for r, tokens in zip(rows, texts, strict=True)
-                             if holds_phrase(tokens, phrase)]  # fmt: skip
-                matched.extend(found)
-                if len(rows) < _PHRASE_PAGE:
-                    break
-                last = (str(rows[-1][2]), int(rows[-1][0]))
-            if wanted is not None:
-                matched = matched[:wanted]
-            if not matched:
-                return 0
-            cur = self._conn.execute(
-                "INSERT INTO graph_mentions (user_id, node_id, chunk_id, created_at) "
-                "SELECT %s, %s, c, %s FROM unnest(%s::bigint[]) AS c ON CONFLICT DO NOTHING",
-                (self._user, node_id, now, matched),
+        last: tuple[str, int] | None = None
+        while wanted is None or len(matched) < wanted:
+            after = "" if last is None else " AND (c.created_at, c.id) < (%s, %s)"
+            rows = self._rows(
+                "SELECT c.id, c.text, c.created_at FROM chunks c WHERE c.user_id = %s "
+                "AND c.id IN (SELECT t.chunk_id FROM chunk_terms t WHERE t.user_id = %s "
+                "AND t.term = ANY(%s) GROUP BY t.chunk_id "
+                f"HAVING count(*) = %s){after} ORDER BY c.created_at DESC, c.id DESC LIMIT %s",
+                (self._user, distinct, len(distinct), *(last or ()), _PHRASE_PAGE),
             )
-        except Error as exc:
-            raise _read_failed(exc) from exc
+            if not rows:
+                break
+            if len(phrase) == 1:
+                matched.extend(int(r[0]) for r in rows)
+            else:
+                texts = token_lists([str(r[1]) for r in rows])
+                matched.extend(int(r[0]) for r, tokens in zip(rows, texts, strict=True)
+                               if holds_phrase(tokens, phrase))  # fmt: skip
+            if len(rows) < _PHRASE_PAGE:
+                break
+            last = (str(rows[-1][2]), int(rows[-1][0]))
+        if wanted is not None:
+            matched = matched[:wanted]
+        if not matched:
+            return 0
+        cur = self._conn.execute(
+            "INSERT INTO graph_mentions (user_id, node_id, chunk_id, created_at) "
+            "SELECT %s, %s, c, %s FROM unnest(%s::bigint[]) AS c ON CONFLICT DO NOTHING",
+            (self._user, node_id, now, matched),
+        )
         return int(cur.rowcount)
 
     def move_mentions(self, from_node: int, to_node: int) -> None:
