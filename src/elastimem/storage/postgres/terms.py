@@ -9,6 +9,7 @@ tokenises appended chunks. The families that insert chunks and facts write these
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -21,6 +22,18 @@ Terms = tuple[dict[str, int], int]
 
 _lock = threading.Lock()
 _conn: sqlite3.Connection | None = None
+
+
+def _forget_after_fork() -> None:
+    # A forked child may inherit the lock held by another thread of its parent: it makes
+    # its own lock and tokenizer.
+    global _lock, _conn
+    _lock = threading.Lock()
+    _conn = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _tokenizer() -> sqlite3.Connection:
