@@ -396,7 +396,9 @@ def window(path: str) -> None:
     def die(*args: Any, **kwargs: Any) -> None:
         os._exit(3)
 
-    mem._store_rule_captures = die  # type: ignore[method-assign]
+    from elastimem.runtime.session import SessionState
+
+    SessionState._store_rule_captures = die  # type: ignore[method-assign]
     emit("READY")
     mem.record_turn("My name is Ada and my friend Bruno lives in Lisbon", "Nice to meet you")
     os._exit(4)  # not reached when the rule capture runs

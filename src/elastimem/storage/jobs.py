@@ -12,3 +12,9 @@ from typing import Protocol
 
 class JobRows(Protocol):
     """The durable job queue."""
+
+    # -- for the facade (session end) -------------------------------------------------------
+
+    def count_unfinished(self, job_ids: list[int]) -> int:
+        """How many of ``job_ids`` are still queued or running (0 for an empty list)."""
+        ...

@@ -165,3 +165,12 @@ class TranscriptRows(Protocol):
     def raise_chunk_importance(self, chunk_ids: Sequence[int], floor: float) -> None:
         """Lift the importance of these chunks to at least ``floor`` (absent ids: no-op)."""
         ...
+
+    # -- for the context plan (assembly) ----------------------------------------------------
+
+    def ended_session_summaries(
+        self, exclude: int | None, n: int
+    ) -> list[tuple[str, str | None, str | None]]:
+        """(started_at, summary, title) of the ``n`` newest ended sessions that have a summary
+        or a title, ``exclude`` aside, newest first."""
+        ...

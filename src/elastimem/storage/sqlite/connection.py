@@ -52,6 +52,36 @@ _path_locks_guard = threading.Lock()
 _wal_warned = False
 
 
+# Store files this process has open now (resolved path -> open Database count). Closing ANY
+# file descriptor of a file drops every POSIX lock this process holds on it, SQLite's too:
+# a header read with open()/close() while a store is open lets another process think it
+# holds the last connection, checkpoint and delete the -wal/-shm under this one (stale reads,
+# "database disk image is malformed"). So nothing opens such a file outside SQLite.
+_open_files: dict[str, int] = {}
+
+
+def note_open(resolved: str) -> None:
+    """Count one more open store of the file at ``resolved`` in this process."""
+    with _path_locks_guard:
+        _open_files[resolved] = _open_files.get(resolved, 0) + 1
+
+
+def note_closed(resolved: str) -> None:
+    """Count one store of the file at ``resolved`` closed."""
+    with _path_locks_guard:
+        left = _open_files.get(resolved, 0) - 1
+        if left > 0:
+            _open_files[resolved] = left
+        else:
+            _open_files.pop(resolved, None)
+
+
+def open_here(resolved: str) -> bool:
+    """True while this process has the store file at ``resolved`` open."""
+    with _path_locks_guard:
+        return resolved in _open_files
+
+
 def path_lock(resolved: str) -> threading.RLock:
     """The write lock of the store file at ``resolved``, one per file in this process."""
     with _path_locks_guard:

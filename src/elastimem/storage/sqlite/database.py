@@ -90,6 +90,8 @@ class Database:
         self._closed = False
         # The file this store opened, as (device, inode): see _check_still_the_file.
         self._identity = None if self.is_memory else file_identity(path)
+        if not self.is_memory:
+            connection.note_open(path)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -290,6 +292,8 @@ class Database:
             with self._readers_guard:
                 self._closed = True
             close_quietly(self._writer)
+            if not self.is_memory:
+                connection.note_closed(self.path)
         deadline = time.monotonic() + CLOSE_READ_WAIT_SECONDS
         with self._readers_guard:
             while self._busy and time.monotonic() < deadline:

@@ -32,6 +32,7 @@ from .connection import (
     configure,
     connect,
     error_code,
+    open_here,
     raw_connect,
     translate_error,
 )
@@ -149,6 +150,8 @@ def check_file(resolved: str, *, create: bool) -> None:
         if not create:
             raise StoreError(_no_store_yet(resolved))
         return
+    if open_here(resolved):
+        return  # an open store (and reading it here would drop this process's locks on it)
     try:
         with open(resolved, "rb") as handle:
             header = handle.read(len(SQLITE_HEADER))

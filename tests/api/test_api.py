@@ -12,6 +12,7 @@ import pytest
 
 import elastimem
 from elastimem import ClosedError, ConfigError, ElastimemConfig
+from tests.rows import rows
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -426,8 +427,7 @@ def test_host_exception_text_never_reaches_logs_or_events(
     mem.explain(HostileStr())  # type: ignore[arg-type]
     mem.timeline(HostileStr())  # type: ignore[arg-type]
     mem.build_context(HostileStr())  # type: ignore[arg-type]
-    with mem._db.read() as conn:
-        events = [f"{k} {d}" for k, d in conn.execute("SELECT kind, detail FROM events")]
+    events = [f"{k} {d}" for k, d in rows(mem, "SELECT kind, detail FROM events")]
     logged = [r.getMessage() for r in caplog.records]
     assert any("tokenizer_fn failed (ValueError)" in line for line in logged), logged
     assert sum("RuntimeError" in line for line in logged) >= 5, logged
@@ -462,6 +462,5 @@ def test_query_calls_never_raise_on_hostile_input(
     for text in (explained.query, timeline.query):
         text.encode("utf-8")  # no lone surrogate survives
         assert "\x00" not in text and len(text) <= 16_384
-    with mem._db.read() as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert rows(mem, "PRAGMA integrity_check") == [("ok",)]
     assert SECRET not in caplog.text

@@ -21,8 +21,8 @@ import elastimem
 from elastimem import ImportFormatError
 from elastimem.clock import now_ts
 from elastimem.portability import EXPORT_TABLES
-
-from .conftest import HashEmbedder
+from tests.conftest import HashEmbedder
+from tests.rows import connect
 
 Factory = Callable[..., elastimem.Elastimem]
 PK = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
@@ -50,7 +50,7 @@ def full_dump(mem: elastimem.Elastimem) -> dict[str, list[tuple]]:
 
     Only ``sessions.heartbeat_at`` is left out: the worker refreshes it on its own schedule.
     """
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         names = [
             r[0]
             for r in conn.execute(
@@ -72,7 +72,7 @@ def full_dump(mem: elastimem.Elastimem) -> dict[str, list[tuple]]:
 
 def build_rich(mem: elastimem.Elastimem) -> None:
     """Something in every exported table, with awkward text and a moved self node."""
-    with mem._db.atomic() as conn:
+    with connect(mem) as conn:
         conn.execute("UPDATE graph_nodes SET id = 77 WHERE type = 'self'")
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('user_id', 'alice')")
     mem.begin_session("tag-1", at="2025-01-05T10:00:00Z")
@@ -92,7 +92,7 @@ def build_rich(mem: elastimem.Elastimem) -> None:
     mem.end_session()
     assert mem.drain(10)
     now = now_ts()
-    with mem._db.atomic() as conn:
+    with connect(mem) as conn:
         colors = [
             r[0]
             for r in conn.execute("SELECT id FROM facts WHERE key = 'favorite_color' ORDER BY id")
@@ -497,7 +497,7 @@ def test_leftover_jobs_are_replaced_but_running_ones_block(
     data = "".join(export_lines(rich)).encode("utf-8")
     target = make_store(tmp_path / "target.db")
     now = now_ts()
-    with target._db.atomic() as conn:
+    with connect(target) as conn:
         conn.execute(
             "INSERT INTO jobs (kind, state, priority, owner_pid, owner_host, created_at, "
             "updated_at) VALUES ('consolidate', 'running', 4, 1, 'elsewhere', ?, ?)",
@@ -505,10 +505,10 @@ def test_leftover_jobs_are_replaced_but_running_ones_block(
         )
     with pytest.raises(ImportFormatError, match="background job"):
         target.import_(io.BytesIO(data))
-    with target._db.atomic() as conn:
+    with connect(target) as conn:
         conn.execute("UPDATE jobs SET state = 'queued'")
     target.import_(io.BytesIO(data))
-    with target._db.read() as conn:
+    with connect(target) as conn:
         assert conn.execute("SELECT count(*) FROM jobs WHERE kind = 'consolidate'").fetchone() == (
             0,
         )
@@ -517,7 +517,7 @@ def test_leftover_jobs_are_replaced_but_running_ones_block(
 def test_user_id_rule(rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path) -> None:
     data = "".join(export_lines(rich)).encode("utf-8")  # records user 'alice'
     bob = make_store(tmp_path / "bob.db")
-    with bob._db.atomic() as conn:
+    with connect(bob) as conn:
         conn.execute("INSERT INTO meta (key, value) VALUES ('user_id', 'bob')")
     before = full_dump(bob)
     with pytest.raises(ImportFormatError, match="belongs to user 'alice'"):

@@ -15,8 +15,8 @@ import elastimem
 from elastimem import ConfigError
 from elastimem.clock import now_ts
 from elastimem.portability import ERASE_COUNT_KEYS
-
-from .conftest import HashEmbedder, wait_until
+from tests.conftest import HashEmbedder, wait_until
+from tests.rows import connect
 
 # Lowercase ASCII with no suffix the porter stemmer would strip, so the FTS term, the stored
 # text and the raw bytes all carry exactly this string.
@@ -24,6 +24,15 @@ MARKER = "zqxjvorblax"
 KEEP = "tomatoes"
 
 Factory = Callable[..., elastimem.Elastimem]
+
+
+def checkpoint(path: str) -> None:
+    """Move the WAL's pages into the main file, from a connection of the test's own."""
+    conn = sqlite3.connect(path, timeout=10)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
 
 
 def raw_hits(path: str | Path, needle: str = MARKER) -> dict[str, int]:
@@ -76,7 +85,7 @@ def fts_terms(path: str | Path, table: str) -> set[str]:
 def add_graph(mem: elastimem.Elastimem, keep_chunk: int, erase_chunk: int) -> None:
     """Three nodes: one known only from the erased session, one shared, one kept by an edge."""
     now = now_ts()  # fresh, so no consolidation decays them
-    with mem._db.atomic() as conn:
+    with connect(mem) as conn:
         self_id = conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchone()[0]
 
         def node(name: str, kind: str) -> int:
@@ -120,7 +129,7 @@ def add_graph(mem: elastimem.Elastimem, keep_chunk: int, erase_chunk: int) -> No
 def add_job(mem: elastimem.Elastimem, session_id: int | None, payload: dict[str, Any]) -> None:
     """A job no worker will claim (owned by another host), carrying text in its payload."""
     now = now_ts()
-    with mem._db.atomic() as conn:
+    with connect(mem) as conn:
         conn.execute(
             "INSERT INTO jobs (kind, state, session_id, payload, priority, owner_pid, "
             "owner_host, created_at, updated_at) VALUES ('rolling_summary', 'queued', ?, ?, 2, "
@@ -146,7 +155,7 @@ def build(make_store: Factory, embedder: HashEmbedder) -> tuple[elastimem.Elasti
     mem.remember("location", f"{MARKER} ai assistant", source="auto")  # quarantined
     mem.report_evictions([(f"we talked about {MARKER} and the garden", "yes")])
     assert mem.drain(10)
-    with mem._db.atomic() as conn:
+    with connect(mem) as conn:
         versions = [
             r[0] for r in conn.execute("SELECT id FROM facts WHERE key = 'location' ORDER BY id")
         ]
@@ -170,7 +179,7 @@ def build(make_store: Factory, embedder: HashEmbedder) -> tuple[elastimem.Elasti
 
 
 def expected_session_counts(mem: elastimem.Elastimem, session_id: int) -> dict[str, int]:
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
 
         def one(sql: str, *params: object) -> int:
             return int(conn.execute(sql, params).fetchone()[0])
@@ -234,7 +243,7 @@ def test_erase_session_leaves_no_trace_anywhere(
     assert mem.facts() == {"favorite_color": "teal"}
     kept_hits = mem.recall(KEEP, kinds=["chunk"])
     assert kept_hits and {h.session_id for h in kept_hits} == {keep}
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         names = {r[0] for r in conn.execute("SELECT canonical_name FROM graph_nodes")}
         assert names == {"@self", "garden", "shed"}
         assert conn.execute("SELECT count(*) FROM graph_mentions").fetchone()[0] == 1
@@ -265,7 +274,7 @@ def test_erase_session_leaves_no_trace_anywhere(
 
 
 def expected_remaining_vectors(mem: elastimem.Elastimem) -> int:
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         return int(
             conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
         )
@@ -280,7 +289,7 @@ def test_erase_session_without_facts_keeps_them(
     assert counts["sessions"] == 1 and counts["chunks"] > 0
     # The facts stay (their origin is cleared); the transcript text is gone from the file.
     assert mem.facts()["secret_word"] == MARKER + "two"
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert (
             conn.execute(
                 "SELECT count(*) FROM facts WHERE origin_session_id IS NOT NULL AND key = "
@@ -303,7 +312,7 @@ def test_erase_key_removes_every_version_review_and_quarantine_row(
     mem.remember("location", "Dallas")  # a third version
     assert len(mem.fact_history("location")) == 3
     assert mem.drain(10)
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         vectors = conn.execute(
             "SELECT count(*) FROM fact_vectors WHERE fact_id IN "
             "(SELECT id FROM facts WHERE key = 'location')"
@@ -513,7 +522,7 @@ def test_erase_leaves_no_fact_vector_in_the_file_or_its_wal(make_store: Factory)
         return bool(mem.stats()["embedded_facts"] == 3)
 
     assert wait_until(embedded, 20)
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         blobs = {
             str(r[0]): bytes(r[1])
             for r in conn.execute(
@@ -521,7 +530,7 @@ def test_erase_leaves_no_fact_vector_in_the_file_or_its_wal(make_store: Factory)
             )
         }
     assert sorted(blobs) == ["allergies", "favorite_color", "secret_word"]
-    mem._db.checkpoint("TRUNCATE")
+    checkpoint(mem.path)
     assert vector_hits(mem.path, blobs)["db"] == sorted(blobs)  # findable before the erase
     assert mem.erase(key="secret_word")["vectors"] == 1
     assert mem.erase(session_id=session_id, include_facts=True)["vectors"] >= 1

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import elastimem
+from elastimem import StoreError
 from elastimem.storage.sqlite import database as db
 from elastimem.storage.sqlite import files
 
@@ -142,7 +143,9 @@ def test_a_group_writable_store_opened_read_only_is_named_too(
         caplog.at_level(logging.WARNING, logger="elastimem"),
         elastimem.Elastimem(str(path), disable_builtin_embedder=True) as mem,
     ):
-        assert mem.facts() == {"pet": "cat"} and mem._db.read_only
+        assert mem.facts() == {"pet": "cat"}
+        with pytest.raises(StoreError, match="read-only"):
+            mem.remember("pet", "dog")
     (warning,) = shared_warnings(caplog)
     assert "read and write" in warning and f"chmod 600 {path}" in warning
     assert mode(path) == 0o664

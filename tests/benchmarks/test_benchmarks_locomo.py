@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-LOCOMO_PY = Path(__file__).resolve().parents[1] / "benchmarks" / "locomo.py"
+LOCOMO_PY = Path(__file__).resolve().parents[2] / "benchmarks" / "locomo.py"
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import elastimem
 from elastimem import ConfigError, StoreError
 from elastimem.storage.sqlite import database as db_module
 from elastimem.users import check_user_id
+from tests.rows import connect
 
 ESCAPING_IDS = [
     "",
@@ -159,7 +160,7 @@ def test_a_copied_file_is_refused_under_another_id(tmp_path: Path) -> None:
 def test_a_mismatch_found_after_opening_closes_the_store(tmp_path: Path) -> None:
     # A plain store (no meta.user_id yet) claimed by one id, then tampered with.
     gina = elastimem.open_user(tmp_path, "gina", disable_builtin_embedder=True)
-    with gina._db.atomic() as conn:
+    with connect(gina) as conn:
         conn.execute("UPDATE meta SET value = 'henry' WHERE key = 'user_id'")
     gina.close()
     with pytest.raises(ConfigError, match="belongs to user 'henry'"):
@@ -209,7 +210,6 @@ def test_a_read_only_store_opens_read_only(
         monkeypatch.setattr(db_module.opening, "cannot_write", lambda resolved: True)
     before = path.read_bytes()
     with elastimem.open_user(tmp_path, "kate", disable_builtin_embedder=True) as kate:
-        assert kate._db.read_only
         assert kate.facts() == {"tea": "earl grey"}
         assert kate.recall("tea")
         with pytest.raises(StoreError, match="read-only"):

@@ -23,9 +23,9 @@ import pytest
 from click.testing import CliRunner
 
 import elastimem
-from elastimem import cli
-
-from .conftest import HashEmbedder
+from elastimem import cli, cli_tables
+from tests.conftest import HashEmbedder
+from tests.rows import connect
 
 SPEC_COMMANDS = {
     "stats",
@@ -297,7 +297,10 @@ def test_table_columns_line_up_with_wide_characters(db: str) -> None:
     run_json("--db", db, "remember", "color", "teal")
     rows = run("--db", db, "--format", "table", "facts").stdout.decode().splitlines()
     starts = {
-        cli._width(line[: line.index(v)]) for line in rows for v in ("東京", "teal") if v in line
+        cli_tables.text_width(line[: line.index(v)])
+        for line in rows
+        for v in ("東京", "teal")
+        if v in line
     }
     assert len(rows) == 2 and len(starts) == 1, rows  # both values start in one column
 
@@ -368,7 +371,7 @@ def test_graph_export(tmp_path: Path, db: str) -> None:
         pytest.skip("elastimem.graph.view has no render_dot/render_html yet")
     with elastimem.Elastimem(db, disable_builtin_embedder=True) as mem:
         now = "2025-01-01T00:00:00.000000Z"
-        with mem._db.atomic() as conn:
+        with connect(mem) as conn:
             conn.execute(
                 "INSERT INTO graph_nodes (type, canonical_name, created_at, updated_at) "
                 "VALUES ('person', 'ana \"<b>\"', ?, ?)",
@@ -764,7 +767,7 @@ def test_tables_fit_the_terminal_and_keep_nested_values_readable(
     result = CliRunner().invoke(cli.main, ["--db", str(path), "--format", "table", *args])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines and all(cli._width(line) <= columns for line in lines), lines
+    assert lines and all(cli_tables.text_width(line) <= columns for line in lines), lines
     assert not any('{"' in line or "[{" in line for line in lines)  # no JSON in a cell
 
 
@@ -804,7 +807,9 @@ def test_table_layouts_show_the_nested_values(
 
 
 def test_table_renderer_indents_nested_dicts_and_cuts_only_text() -> None:
-    lines = cli._table({"tier": "full", "llm_calls": {"extract": 3, "summary": 1}, "none": {}}, 80)
+    lines = cli_tables.table(
+        {"tier": "full", "llm_calls": {"extract": 3, "summary": 1}, "none": {}}, 80
+    )
     assert lines == [
         "tier  full",
         "llm_calls",
@@ -813,12 +818,12 @@ def test_table_renderer_indents_nested_dicts_and_cuts_only_text() -> None:
         "none  (none)",
     ]
     rows = [{"id": 1, "note": "word " * 40, "when": "2025-01-01T10:20:30.123456Z"}]
-    table = cli._table(rows, 50)
+    table = cli_tables.table(rows, 50)
     assert all(len(line) <= 50 for line in table)
     assert table[2].startswith("1   word word") and "word… " in table[2]
     assert table[2].endswith("  2025-01-01 10:20Z")  # the timestamp column is never cut
-    assert cli._clip("a sentence that goes on and on", 16) == "a sentence that…"
-    assert cli._clip("unbreakable" * 3, 10) == "unbreakab…"
+    assert cli_tables.clip("a sentence that goes on and on", 16) == "a sentence that…"
+    assert cli_tables.clip("unbreakable" * 3, 10) == "unbreakab…"
 
 
 # -- timeline, lessons, context, demo twice --------------------------------------------------------

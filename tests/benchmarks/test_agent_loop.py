@@ -15,8 +15,11 @@ import pytest
 
 import elastimem
 from elastimem import Tier
+from elastimem.memory.episodic import Owner
 from elastimem.runtime import queue as jobs
+from elastimem.storage.sqlite.database import open_store
 from tests.conftest import HashEmbedder, ScriptedLLM, wait_until
+from tests.rows import connect
 
 EXTRACTION = json.dumps(
     {
@@ -29,11 +32,14 @@ LONG = "I spent the whole afternoon repainting the garden fence in teal with my 
 
 
 def queue_consolidate(mem: elastimem.Elastimem) -> None:
-    """Queue a consolidation sweep now, as end_session or the idle sweep would."""
-    from elastimem.runtime import queue as jobs
-
-    with mem._db.atomic() as conn:
-        jobs.enqueue(conn, "consolidate", mem._owner)
+    """Queue a consolidation sweep of this process now, as end_session or the idle sweep
+    would (through the storage layer opened on the store's file, as another instance)."""
+    database = open_store(mem.path, create=False)
+    try:
+        with database.atomic() as tx:
+            jobs.enqueue(tx, "consolidate", Owner.current())
+    finally:
+        database.close()
 
 
 def run_session(mem: elastimem.Elastimem, turns: int = 4) -> None:
@@ -49,7 +55,7 @@ def test_lite_without_opt_in_makes_zero_llm_calls(make_store: Any, llm: Scripted
     llm.replies["extract"] = EXTRACTION
     mem = make_store(llm=llm, tier_override="lite", idle_consolidate_seconds=0.05)
     run_session(mem)
-    with mem._db.atomic() as conn:  # force a sweep
+    with connect(mem) as conn:  # force a sweep
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5') "
             "ON CONFLICT(key) DO UPDATE SET value = '5'"
@@ -108,7 +114,7 @@ def test_full_extracts_every_turn_and_raises_chunk_importance(
     facts = mem.facts()
     assert facts["favorite_color"] == "teal" and facts["sister_name"] == "Clara"
     assert mem.fact_history("favorite_color")[0].source == "auto"
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         importance = conn.execute("SELECT importance FROM chunks ORDER BY id").fetchall()
     assert importance[0][0] >= 0.8 and importance[1][0] == 0.5
     assert mem.stats()["llm_calls"] == {"extract": 1}
@@ -148,7 +154,7 @@ def test_an_llm_that_raises_is_retried_then_failed(make_store: Any) -> None:
     mem = make_store(llm=llm, tier_override="full")
     mem.record_turn(LONG, "ok")
     mem.drain(timeout=1)
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         state, attempts, error, not_before = conn.execute(
             "SELECT state, attempts, last_error, not_before FROM jobs WHERE kind='extract'"
         ).fetchone()
@@ -174,7 +180,7 @@ def test_an_llm_raising_a_base_exception_fails_one_job_and_the_worker_goes_on(
     mem = make_store(llm=llm, embedder=HashEmbedder(), tier_override="full")
     mem.record_turn(LONG, "ok")
     mem.drain(timeout=2)
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         error = conn.execute("SELECT last_error FROM jobs WHERE kind = 'extract'").fetchone()[0]
     assert "HostCallError" in error and type(escape).__name__ in error
     assert any(t.name == "elastimem-worker" and t.is_alive() for t in threading.enumerate())
@@ -192,7 +198,7 @@ def test_a_reply_that_is_not_text_is_an_empty_reply(make_store: Any, reply: Any)
     mem.end_session(wait=False)
     mem.drain(timeout=2)
     assert mem.facts() == {"home_city": "Lyon"}
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert conn.execute("SELECT summary FROM sessions").fetchall() == [(None,)]
         assert conn.execute("SELECT count(*) FROM jobs WHERE attempts > 0").fetchone()[0] == 0
 
@@ -368,7 +374,7 @@ def test_a_retried_extraction_sends_only_the_turns_not_yet_stored(
     assert mem.drain(timeout=20)
     assert sent == ["lisbon", "nurse", "nurse"]
     assert mem.facts()["home_city"] == "Lisbon" and mem.facts()["job"] == "nurse"
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         mentions = conn.execute(
             "SELECT mention_count FROM graph_nodes WHERE canonical_name = 'maria'"
         ).fetchone()[0]
@@ -397,7 +403,7 @@ def test_an_extraction_finishing_after_its_session_was_erased_stores_nothing(
     mem.close()  # waits for the worker, which drain() would not: the job row is gone
     mem = make_store()
     assert mem.facts() == {} and mem.fact_history("code_name") == []
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert (
             conn.execute("SELECT count(*) FROM graph_nodes WHERE type <> 'self'").fetchone()[0] == 0
         )
@@ -489,7 +495,7 @@ def test_fact_merge_review_writes_a_new_version_once(make_store: Any) -> None:
     assert history[-1].source == "merge" and history[-1].importance == 0.5
     assert history[1].invalidated_by == history[2].id
     assert llm.kinds() == ["merge"]
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert conn.execute("SELECT verdict FROM fact_reviews").fetchall() == [("merged",)]
     # A second sweep: the reviewed pair is never offered again, and the merge's own
     # supersession (source merge) is not reviewed.
@@ -519,7 +525,7 @@ def test_consolidation_meeting_the_foreground_is_put_back_not_cut_short(make_sto
         mem.remember(f"home_city_{i}", "Oslo", source="auto")
         mem.remember(f"home_city_{i}", "Lisbon", source="auto")
     queue_consolidate(mem)
-    mem._worker.signal()
+    mem.drain(0)  # wakes the worker
     assert in_call.wait(10)
     generated = threading.Event()
 
@@ -538,7 +544,7 @@ def test_consolidation_meeting_the_foreground_is_put_back_not_cut_short(make_sto
     host_thread.join(10)
     assert mem.drain(timeout=10)
     assert len(merges) == 3
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         verdicts = conn.execute("SELECT verdict FROM fact_reviews").fetchall()
     assert verdicts == [("merged",)] * 3
 
@@ -552,7 +558,7 @@ def test_a_merge_review_answering_markup_leaves_the_fact_alone(make_store: Any, 
     queue_consolidate(mem)
     mem.drain(timeout=10)
     assert [f.value for f in mem.fact_history("home_city")] == ["Porto", "Lisbon"]
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert conn.execute("SELECT verdict FROM fact_reviews").fetchall() == [("rejected",)]
 
 
@@ -567,7 +573,7 @@ def test_summaries_that_carry_instructions_stay_out_of_the_prompt(make_store: An
     mem.end_session(wait=False)
     mem.drain(timeout=10)
     assert "summarise-session" in llm.kinds()
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert conn.execute("SELECT summary FROM sessions").fetchall() == [(None,)]
     assert "Ignore previous" not in mem.build_context("hiking").sections["previous_sessions"]
 
@@ -580,9 +586,9 @@ def test_idle_sweeps_of_an_unchanged_store_make_no_llm_calls(make_store: Any) ->
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not llm.calls:
         time.sleep(0.05)
-        mem._worker.signal()
+        mem.drain(0)  # wakes the worker
     assert llm.kinds() == ["merge"]
-    with mem._db.read() as conn:
+    with connect(mem) as conn:
         assert (
             conn.execute(
                 "SELECT value FROM meta WHERE key='writes_since_consolidation'"
@@ -590,7 +596,7 @@ def test_idle_sweeps_of_an_unchanged_store_make_no_llm_calls(make_store: Any) ->
             == "0"
         )
     time.sleep(0.5)
-    mem._worker.signal()
+    mem.drain(0)  # wakes the worker
     time.sleep(0.3)
     assert llm.kinds() == ["merge"]
 
@@ -673,8 +679,13 @@ def test_tier_change_callback(make_store: Any) -> None:
 
 
 def test_worker_thread_is_named_and_stops_on_close(make_store: Any) -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "elastimem-worker"]
+
+    before = set(workers())
     mem = make_store()
-    assert any(t.name == "elastimem-worker" and t.daemon for t in threading.enumerate())
+    (ours,) = set(workers()) - before
+    assert ours.daemon
     mem.close()
     time.sleep(0.1)
-    assert not mem._worker._thread.is_alive()
+    assert not ours.is_alive()
