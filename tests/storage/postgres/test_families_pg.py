@@ -276,3 +276,25 @@ def test_a_failed_phrase_search_leaves_the_write_usable(
         assert tx.graph.add_mentions([(node, chunk)], T0) == [(node, chunk)]
     with database.read() as tx:
         assert tx.graph.mentions_among([chunk], [node]) == [(chunk, node)]
+
+
+def test_ended_session_summaries_newest_first_for_this_user_only(open_pg: Any) -> None:
+    database, other = open_pg(), open_pg()
+    with other.atomic() as tx:
+        tx.transcript.end_session(_session(tx), T1, "another user's")
+    with database.atomic() as tx:
+        summarised, titled, bare, still_open = (_session(tx) for _ in range(4))
+        tx.conn.execute(
+            "UPDATE sessions SET summary = 'a summary' WHERE id = ANY(%s)",
+            ([summarised, still_open],),
+        )
+        tx.transcript.end_session(summarised, T1, None)
+        tx.transcript.end_session(titled, T1, "a title")
+        tx.transcript.end_session(bare, T1, None)
+    with database.read() as tx:
+        assert tx.transcript.ended_session_summaries(None, 10) == [
+            (T0, None, "a title"),
+            (T0, "a summary", None),
+        ]
+        assert tx.transcript.ended_session_summaries(titled, 10) == [(T0, "a summary", None)]
+        assert tx.transcript.ended_session_summaries(None, 0) == []

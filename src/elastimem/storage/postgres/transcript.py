@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
+from .sql import limit
 from .terms import posting_rows, terms_of
 
 _SESSION_LIST_KEYS = (
@@ -254,6 +255,20 @@ class PostgresTranscriptRows:
                 "WHERE user_id = %s AND id = ANY(%s)",
                 (floor, self._user, [int(i) for i in chunk_ids]),
             )
+
+    # -- for the context plan (assembly) ----------------------------------------------------
+
+    def ended_session_summaries(
+        self, exclude: int | None, n: int
+    ) -> list[tuple[str, str | None, str | None]]:
+        rows = self._conn.execute(
+            "SELECT started_at, summary, title FROM sessions WHERE user_id = %s "
+            "AND ended_at IS NOT NULL AND id IS DISTINCT FROM %s "
+            "AND (summary IS NOT NULL OR title IS NOT NULL) "
+            "ORDER BY started_at DESC, id DESC LIMIT %s",
+            (self._user, exclude, limit(n)),
+        ).fetchall()
+        return [(str(r[0]), r[1], r[2]) for r in rows]
 
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
