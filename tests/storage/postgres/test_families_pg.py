@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -298,3 +299,68 @@ def test_ended_session_summaries_newest_first_for_this_user_only(open_pg: Any) -
         ]
         assert tx.transcript.ended_session_summaries(titled, 10) == [(T0, "a summary", None)]
         assert tx.transcript.ended_session_summaries(None, 0) == []
+
+
+def test_the_query_path_reads_appended_on_the_runtime_branch(open_pg: Any) -> None:
+    # h15's contract (tests/storage/contract/test_query_reads.py there) covers these on both
+    # backends once merged; this pins the PostgreSQL side before then.
+    database = open_pg()
+    with database.atomic() as tx:
+        first, second = _session(tx), _session(tx)
+        ids = []
+        for turn, text in enumerate(["the cello", "learning Rust", "a cello concert"], start=1):
+            user = tx.transcript.insert_message(
+                first, turn, "user", text, created_at=T0, token_estimate=1
+            )
+            tx.transcript.insert_message(first, turn, "assistant", "ok", created_at=T0,
+                                         token_estimate=1)  # fmt: skip
+            ids += tx.transcript.insert_chunks(first, user, user, [text], created_at=T0)
+        message = tx.transcript.insert_message(second, 1, "user", "x", created_at=T1,
+                                               token_estimate=1)  # fmt: skip
+        (later,) = tx.transcript.insert_chunks(second, message, message, ["later"], created_at=T1)
+        cello, rust, concert = ids
+        tx.conn.execute(
+            "UPDATE chunks SET embedding = '\\x00', embedding_model = 'm', embedding_dim = 4 "
+            "WHERE id = ANY(%s)",
+            ([cello, rust],),
+        )
+        old = _fact(tx, "city", "Lisbon")
+        tx.facts.end_live("city", T1)
+        new = _fact(tx, "city", "Porto")
+        tx.facts.archive([new])
+    with database.atomic() as tx:
+        transcript = tx.transcript
+        assert sorted(transcript.session_chunk_ids(first)) == ids
+        assert transcript.chunk_spans([cello, 10_000]) == {cello: ("the cello", ANY, ANY)}
+        assert sorted(r[:2] for r in transcript.chunk_rows([later, cello])) == [
+            (cello, first), (later, second)
+        ]  # fmt: skip
+        assert transcript.chunk_texts([concert, cello]) == [
+            (cello, "the cello"), (concert, "a cello concert")
+        ]  # fmt: skip
+        assert transcript.all_chunk_ids() == [*ids, later]
+        assert transcript.consecutive_pairs([(cello, concert, first), (cello, rust, first)]) == [
+            (cello, rust)
+        ]
+        assert [c for c, _ in transcript.chunks_without_vector(1)] == [concert]
+        assert transcript.any_chunk_without_vector()
+        assert transcript.chunk_ids_needing_vector("m", 4) == [concert, later]
+        assert [c for c, _ in transcript.chunks_needing_vector([later, rust], "m", None)] == [
+            rust, later
+        ]  # fmt: skip
+        assert [t for t, _r, _c, _a in transcript.turn_messages(first, [3, 1])] == [1, 1, 3, 3]
+        assert [c for c, _ in transcript.turn_chunks(first, [3, 1])] == [cello, concert]
+        assert transcript.recent_user_messages(first, 2) == ["a cello concert", "learning Rust"]
+        transcript.set_rolling_summary(first, "- one")
+        assert transcript.rolling_summary(first) == "- one"
+        transcript.set_session_summary(first, "cello and Rust")
+        transcript.end_session(first, T1, None)
+        assert transcript.ended_session_summaries(None, 5)[0][1] == "cello and Rust"
+        assert tx.facts.key_exists("city") and not tx.facts.key_exists("nope")
+        assert sorted(tx.facts.keys_of([old, new, 10_000])) == [
+            (old, "city", False), (new, "city", True)
+        ]  # fmt: skip
+        assert tx.facts.archived_among([old, new]) == {new}
+        assert [r[:3] for r in tx.facts.candidate_rows([new])] == [(new, "city", "Porto")]
+        assert tx.facts.live_attributes("city") == (new, 0.5, "note", None)
+        assert tx.facts.live_attributes("nope") is None

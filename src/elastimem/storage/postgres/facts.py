@@ -280,6 +280,50 @@ class PostgresFactRows:
         ).fetchall()
         return [dict(zip(_QUARANTINE_KEYS, row)) for row in reversed(rows)]
 
+    # -- h15 (runtime branch, not yet on redesign): the query path and the job handlers -------
+
+    def key_exists(self, key: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM facts WHERE user_id = %s AND key = %s LIMIT 1", (self._user, key)
+        ).fetchone()
+        return row is not None
+
+    def keys_of(self, ids: list[int]) -> list[tuple[int, str, bool]]:
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, key, invalidated_at IS NULL FROM facts WHERE user_id = %s AND id = ANY(%s)",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), bool(r[2])) for r in rows]
+
+    def archived_among(self, ids: list[int]) -> set[int]:
+        if not ids:
+            return set()
+        rows = self._conn.execute(
+            "SELECT id FROM facts WHERE user_id = %s AND id = ANY(%s) AND archived <> 0",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def candidate_rows(self, ids: list[int]) -> list[tuple[int, str, str, str, float]]:
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, key, value, valid_from, importance FROM facts WHERE user_id = %s "
+            "AND id = ANY(%s)",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
+
+    def live_attributes(self, key: str) -> tuple[int, float, str | None, int | None] | None:
+        row = self._conn.execute(
+            "SELECT id, importance, category, origin_session_id FROM facts "
+            "WHERE user_id = %s AND key = %s AND invalidated_at IS NULL",
+            (self._user, key),
+        ).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]), row[2], row[3])
+
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
 

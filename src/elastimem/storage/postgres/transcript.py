@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
-from .sql import limit
+from .sql import limit as sql_limit
 from .terms import posting_rows, terms_of
 
 _SESSION_LIST_KEYS = (
@@ -266,9 +266,146 @@ class PostgresTranscriptRows:
             "AND ended_at IS NOT NULL AND id IS DISTINCT FROM %s "
             "AND (summary IS NOT NULL OR title IS NOT NULL) "
             "ORDER BY started_at DESC, id DESC LIMIT %s",
-            (self._user, exclude, limit(n)),
+            (self._user, exclude, sql_limit(n)),
         ).fetchall()
         return [(str(r[0]), r[1], r[2]) for r in rows]
+
+    # -- h15 (runtime branch, not yet on redesign): the query path and the job handlers -------
+
+    def session_chunk_ids(self, session_id: int) -> list[int]:
+        rows = self._conn.execute(
+            "SELECT id FROM chunks WHERE user_id = %s AND session_id = %s",
+            (self._user, session_id),
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def chunk_spans(self, ids: list[int]) -> dict[int, tuple[str, int | None, int | None]]:
+        if not ids:
+            return {}
+        rows = self._conn.execute(
+            "SELECT id, text, first_msg_id, last_msg_id FROM chunks "
+            "WHERE user_id = %s AND id = ANY(%s)",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return {int(r[0]): (str(r[1]), r[2], r[3]) for r in rows}
+
+    def chunk_rows(self, ids: list[int]) -> list[tuple[int, int, str, float]]:
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, session_id, created_at, importance FROM chunks "
+            "WHERE user_id = %s AND id = ANY(%s)",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
+
+    def chunk_texts(self, ids: list[int]) -> list[tuple[int, str]]:
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, text FROM chunks WHERE user_id = %s AND id = ANY(%s) ORDER BY id",
+            (self._user, [int(i) for i in ids]),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def consecutive_pairs(self, pairs: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+        if not pairs:
+            return []
+        rows = self._conn.execute(
+            "SELECT p.a, p.b FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) "
+            "AS p(a, b, s) WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.user_id = %s "
+            "AND c.session_id = p.s AND c.id > p.a AND c.id < p.b)",
+            (
+                [int(p[0]) for p in pairs],
+                [int(p[1]) for p in pairs],
+                [int(p[2]) for p in pairs],
+                self._user,
+            ),
+        ).fetchall()
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    def chunks_without_vector(self, limit: int) -> list[tuple[int, str]]:
+        rows = self._conn.execute(
+            "SELECT id, text FROM chunks WHERE user_id = %s AND embedding IS NULL "
+            "ORDER BY id LIMIT %s",
+            (self._user, sql_limit(limit)),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def any_chunk_without_vector(self) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM chunks WHERE user_id = %s AND embedding IS NULL LIMIT 1", (self._user,)
+        ).fetchone()
+        return row is not None
+
+    def chunks_needing_vector(
+        self, ids: list[int], label: str, dim: int | None
+    ) -> list[tuple[int, str]]:
+        if not ids:
+            return []
+        rows = self._conn.execute(
+            "SELECT id, text FROM chunks WHERE user_id = %s AND id = ANY(%s) "
+            "AND (embedding IS NULL OR embedding_model IS DISTINCT FROM %s "
+            "OR embedding_dim IS DISTINCT FROM %s) ORDER BY id",
+            (self._user, [int(i) for i in ids], label, dim if dim is not None else -1),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def all_chunk_ids(self) -> list[int]:
+        rows = self._conn.execute(
+            "SELECT id FROM chunks WHERE user_id = %s ORDER BY id", (self._user,)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def chunk_ids_needing_vector(self, label: str, dim: int) -> list[int]:
+        rows = self._conn.execute(
+            "SELECT id FROM chunks WHERE user_id = %s AND (embedding IS NULL "
+            "OR embedding_model IS DISTINCT FROM %s OR embedding_dim IS DISTINCT FROM %s) "
+            "ORDER BY id",
+            (self._user, label, dim),
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def turn_messages(self, session_id: int, turns: list[int]) -> list[tuple[int, str, str, str]]:
+        if not turns:
+            return []
+        rows = self._conn.execute(
+            "SELECT turn, role, content, created_at FROM messages WHERE user_id = %s "
+            "AND session_id = %s AND turn = ANY(%s) ORDER BY turn, id",
+            (self._user, session_id, [int(t) for t in turns]),
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    def turn_chunks(self, session_id: int, turns: list[int]) -> list[tuple[int, str]]:
+        if not turns:
+            return []
+        rows = self._conn.execute(
+            "SELECT c.id, c.text FROM chunks c JOIN messages m ON m.user_id = c.user_id "
+            "AND m.id = c.first_msg_id WHERE c.user_id = %s AND c.session_id = %s "
+            "AND m.turn = ANY(%s) ORDER BY c.id",
+            (self._user, session_id, [int(t) for t in turns]),
+        ).fetchall()
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+    def set_rolling_summary(self, session_id: int, text: str | None) -> None:
+        self._conn.execute(
+            "UPDATE sessions SET rolling_summary = %s WHERE user_id = %s AND id = %s",
+            (text, self._user, session_id),
+        )
+
+    def recent_user_messages(self, session_id: int, limit: int) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT content FROM messages WHERE user_id = %s AND session_id = %s "
+            "AND role = 'user' ORDER BY turn DESC, id DESC LIMIT %s",
+            (self._user, session_id, sql_limit(limit)),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def set_session_summary(self, session_id: int, summary: str) -> None:
+        self._conn.execute(
+            "UPDATE sessions SET summary = %s WHERE user_id = %s AND id = %s",
+            (summary, self._user, session_id),
+        )
 
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
