@@ -4,8 +4,13 @@ a refused insert inside a transaction) (issue #18)."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -14,6 +19,7 @@ import pytest
 
 from elastimem import storage
 from elastimem.errors import StoreError
+from elastimem.storage.postgres import database as postgres_database
 from tests import pg_server
 
 psycopg = pytest.importorskip("psycopg", reason=pg_server.NO_DRIVER)
@@ -364,3 +370,49 @@ def test_the_query_path_reads_appended_on_the_runtime_branch(open_pg: Any) -> No
         assert [r[:3] for r in tx.facts.candidate_rows([new])] == [(new, "city", "Porto")]
         assert tx.facts.live_attributes("city") == (new, 0.5, "note", None)
         assert tx.facts.live_attributes("nope") is None
+
+
+def test_writers_of_one_key_in_three_processes_leave_one_chain_of_versions(
+    postgres_url: str,
+) -> None:
+    """Each process replaces the key's live version 30 times through the memory layer: the
+    versions form one chain (each ended version names the next) with one live version, no
+    write lost, no session id given twice."""
+    user = f"user-{uuid.uuid4().hex}"
+    script = textwrap.dedent(
+        """
+        import sys
+        from elastimem.memory import episodic, semantic
+        from elastimem.storage.postgres import database
+        db = database.open_database(sys.argv[1], sys.argv[2])
+        for n in range(30):
+            with db.atomic() as tx:
+                episodic.open_session(tx, episodic.Owner(n, sys.argv[3]), at=None, host_tag=None)
+                semantic.write_fact(
+                    tx, "city", f"{sys.argv[3]}-{n}", "explicit", profile_keys=frozenset(),
+                    reserved_keys=frozenset(), quarantine_cap=10,
+                )
+        db.close()
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    workers = [
+        subprocess.Popen([sys.executable, "-c", script, postgres_url, user, f"p{n}"], env=env)
+        for n in range(3)
+    ]
+    assert [w.wait(timeout=180) for w in workers] == [0, 0, 0]
+    database = postgres_database.open_database(postgres_url, user)
+    try:
+        with database.read() as tx:
+            versions = tx.facts.history("city")
+            sessions = tx.transcript.recent_sessions(1000)
+    finally:
+        database.close()
+    assert len(versions) == 90
+    assert [v.id for v in versions if v.invalidated_at is None] == [versions[-1].id]
+    successor = {v.id: v.invalidated_by for v in versions}
+    chain = [versions[0].id]
+    while successor[chain[-1]] is not None:
+        chain.append(successor[chain[-1]])
+    assert chain == [v.id for v in versions]
+    assert len({row["id"] for row in sessions}) == 90
