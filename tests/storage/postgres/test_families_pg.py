@@ -416,3 +416,17 @@ def test_writers_of_one_key_in_three_processes_leave_one_chain_of_versions(
         chain.append(successor[chain[-1]])
     assert chain == [v.id for v in versions]
     assert len({row["id"] for row in sessions}) == 90
+
+
+def test_stamped_mentions_of_no_nodes_is_no_stamp_on_both_backends(
+    open_pg: Any, tmp_path: Path
+) -> None:
+    sqlite_db = storage.open_database(tmp_path / "stamped.db")
+    try:
+        for database in (sqlite_db, open_pg()):
+            with database.atomic() as tx:
+                tx.graph.insert_node("thing", "a", [], now=T0, importance=0.5, confidence=0.5)
+            with database.read() as tx:
+                assert tx.graph.stamped_mentions([]) == (None, [])
+    finally:
+        sqlite_db.close()

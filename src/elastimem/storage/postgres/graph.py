@@ -554,11 +554,11 @@ class PostgresGraphRows:
     # -- mentions --------------------------------------------------------------------------
 
     def stamped_mentions(self, node_ids: Sequence[int]) -> tuple[str | None, list[tuple[int, int]]]:
+        if not node_ids:
+            return None, []  # as on SQLite, which reads the stamp with the mentions
         stamp = self._meta(GRAPH_STAMP_KEY)
         if stamp is None:
             return None, []
-        if not node_ids:
-            return stamp, []
         pairs = [
             (int(r[0]), int(r[1]))
             for r in self._rows(
