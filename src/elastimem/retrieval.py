@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import numpy as np
+
 from . import semantic
 from .clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from .keyword_index import KeywordIndex, KeywordIndexes
@@ -199,6 +201,8 @@ NEIGHBOUR_MIN_COSINE = 0.15
 # keyword leg (0.742-0.745); feedback re-ranking only below the top 3 or 5 (R@5 unchanged,
 # R@10 <= 0.8154); the question words ("when", "did", "what"...) dropped from the embedded
 # query text, leading ones or all (0.742-0.744 / 0.812).
+FEEDBACK_DOCS = 2
+FEEDBACK_WEIGHT = 0.06
 TIME_MENTION_BONUS = 0.10
 
 _MONTHS = "january february march april may june july august september october november december"
@@ -299,11 +303,29 @@ FactVectorLeg = Callable[[sqlite3.Connection, Filters], FactVectorFinish]
 
 # What finishes a started vector leg: [(chunk_id, cosine)], best first, filters applied
 # before the cut; None when the query could not be embedded (the ranking then runs without
-# the leg). Called once, in the snapshot the leg was started in.
+# the leg). Called once, in the snapshot the leg was started in. A ``VectorHits`` also
+# hands over the vectors it scored (the feedback term needs them).
 VectorFinish = Callable[[], list[tuple[int, float]] | None]
 # (conn, filters, n) -> its finisher. Starting the leg before the keyword legs and finishing
 # it after lets the vector scan run on another core meanwhile.
 VectorLeg = Callable[[sqlite3.Connection, Filters, int], VectorFinish]
+
+
+class VectorHits(list[tuple[int, float]]):
+    """A vector leg's answer, ``[(chunk_id, cosine)]``, that can also hand over chunks' unit
+    vectors: ``vectors_of(ids)`` returns ``(held, matrix)``, ``matrix[i]`` the vector of
+    ``ids[i]`` where ``held[i]`` (zeros elsewhere). The vector index decodes them from the
+    codes it holds anyway (``quantized.decode``: within ~1e-4 of the stored vectors, and
+    the same on every backend), so the feedback term costs a gather and a product over the
+    ~100 candidates rather than a read of their BLOBs."""
+
+    def __init__(
+        self,
+        hits: list[tuple[int, float]],
+        vectors_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        super().__init__(hits)
+        self.vectors_of = vectors_of
 
 
 class GraphSignal(Protocol):
@@ -342,6 +364,7 @@ class _Candidate:
     importance: float = 0.5
     neighbour: float = 0.0
     time_bonus: float = 0.0
+    feedback: float = 0.0
     text: str = ""
     created_at: str = ""
     session_id: int | None = None
@@ -384,6 +407,7 @@ def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
         total=c.total,
         neighbour=c.neighbour,
         time_bonus=c.time_bonus,
+        feedback=c.feedback,
     )
 
 
@@ -777,6 +801,7 @@ def _rank_chunks(
             continue
         fused[cid] = relevance
         kept.append((cid, session_id, created_at, importance))
+    fed = _add_feedback(fused, weight_sum, found) if fused else {}
     timed = _add_time_bonus(conn, fused) if legs.asks_when and fused else set()
     # The neighbour term: who lends and who may receive (see NEIGHBOUR_MIN_COSINE).
     cosines = dict(found) if found else {}
@@ -817,10 +842,51 @@ def _rank_chunks(
         )
         cand.neighbour = weights.neighbour * best_neighbour.get(cid, 0.0)
         cand.time_bonus = TIME_MENTION_BONUS if cid in timed else 0.0
+        cand.feedback = fed.get(cid, 0.0)
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
     return out
+
+
+def _add_feedback(
+    fused: dict[int, float], weight_sum: float, found: list[tuple[int, float]] | None
+) -> dict[int, float]:
+    """Pseudo-relevance feedback (see FEEDBACK_WEIGHT): fold ``FEEDBACK_WEIGHT × s_fb``
+    into every candidate's fused relevance, ``s_fb`` its cosine with the mean vector of the
+    best ``FEEDBACK_DOCS`` candidates, min-max over the candidates (floored at the lowest,
+    as normalise_with_floor with the whole pool). The vectors come from the vector leg
+    (``VectorHits``); a candidate without one (not embedded yet) scores 0, and without the
+    best candidate's the term is left out. Returns what it changed, by candidate."""
+    if not isinstance(found, VectorHits):
+        return {}
+    ids = np.fromiter(fused, dtype=np.int64, count=len(fused))
+    relevance = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
+    top = np.lexsort((-ids, -relevance))[:FEEDBACK_DOCS]  # by (-relevance, -id)
+    held, matrix = found.vectors_of(ids)
+    if not held[top[0]]:
+        return {}
+    centroid = matrix[top[held[top]]].mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    if not norm > 0:
+        return {}
+    # einsum, not @: BLAS would wake its spinning threads (see scan.py).
+    cosines = np.einsum("ij,j->i", matrix, centroid / norm)
+    every = bool(held.all())
+    among = cosines if every else cosines[held]
+    best, low = float(among.max()), float(among.min())
+    if best <= 0:
+        return {}
+    if best <= low:
+        s_fb = held.astype(np.float64)
+    else:
+        s_fb = np.clip((cosines - low) / (best - low), 0.0, 1.0)
+        if not every:
+            s_fb[~held] = 0.0
+    new = (relevance * weight_sum + FEEDBACK_WEIGHT * s_fb) / (weight_sum + FEEDBACK_WEIGHT)
+    keys = ids.tolist()
+    fused.update(zip(keys, new.tolist()))
+    return dict(zip(keys, (new - relevance).tolist()))
 
 
 def _add_time_bonus(conn: sqlite3.Connection, fused: dict[int, float]) -> set[int]:

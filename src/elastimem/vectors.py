@@ -47,7 +47,7 @@ from .config import ElastimemConfig
 from .db import Database, get_meta, get_meta_int
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
 from .exact_cache import ExactVectorCache
-from .retrieval import Filters
+from .retrieval import Filters, VectorHits
 from .scan import RowScorer, candidates, row_scores
 
 logger = logging.getLogger("elastimem")
@@ -577,7 +577,7 @@ class VectorIndex:
             ready = self._answer_now(conn, query, label, dim, filters, n)
             if ready is not None:
                 self._lock.release()
-                return functools.partial(list, ready)
+                return functools.partial(_hand_over, ready)
             count = self._count
             mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
             coded = quantized.encode_query(query)
@@ -664,7 +664,24 @@ class VectorIndex:
             self._exact.add(read_ids, read)
             ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
-        return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+        hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+        return VectorHits(hits, functools.partial(self._decoded, label, int(query.shape[0])))
+
+    def _decoded(self, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``VectorHits.vectors_of``: the vectors of ``ids`` decoded from the codes, as the
+        index holds them now (a chunk it does not hold: not held, zeros)."""
+        with self._lock:
+            if (label, dim) != (self._label, self._dim):
+                return np.zeros(ids.size, dtype=bool), np.zeros((ids.size, dim), dtype=np.float32)
+            rows = np.full(ids.size, -1, dtype=np.int64)
+            inside = (ids >= 0) & (ids < self._pos.shape[0])
+            rows[inside] = self._pos[ids[inside]]
+            held = (rows >= 0) & (rows < self._count)
+            if held.all():
+                return held, quantized.decode(self._codes, rows)
+            out = np.zeros((ids.size, dim), dtype=np.float32)
+            out[held] = quantized.decode(self._codes, rows[held])
+            return held, out
 
     # -- HNSW --------------------------------------------------------------------------------
 
@@ -892,7 +909,28 @@ def _search_streaming(
         best_ids = np.concatenate([best_ids, ids[picked]])
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
         best_ids, best_scores = _best(best_ids, best_scores, n)
-    return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+    hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+    return VectorHits(hits, functools.partial(_read_decoded, conn, label, dim))
+
+
+def _read_decoded(
+    conn: sqlite3.Connection, label: str, dim: int, ids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``VectorHits.vectors_of`` without resident rows (LITE): the stored vectors of
+    ``ids``, coded and decoded as the resident index holds them, so that LITE ranks as the
+    resident index does."""
+    found, vectors = _read_vectors(conn, ids, label, dim)
+    position = {cid: n for n, cid in enumerate(found.tolist())}
+    rows = np.asarray([position.get(cid, -1) for cid in ids.tolist()], dtype=np.int64)
+    held = rows >= 0
+    out = np.zeros((ids.size, dim), dtype=np.float32)
+    out[held] = quantized.decode(quantized.encode(vectors), rows[held])
+    return held, out
+
+
+def _hand_over(found: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A ready answer, as it is (a ``VectorHits`` keeps its vectors)."""
+    return found
 
 
 def _read_vectors(
