@@ -282,7 +282,7 @@ def test_a_search_hands_over_the_vectors_of_other_chunks_too(
             handed.append(found.vectors_of(wanted))
     for held, matrix in handed:
         assert held.tolist() == [True, True, True, False]
-        assert np.abs(matrix[:3] - vectors[[0, 299, 150]]).max() < 1e-3
+        assert np.linalg.norm(matrix[:3] - vectors[[0, 299, 150]], axis=1).max() < 0.05
         assert not matrix[3].any()
     assert np.array_equal(handed[0][1], handed[1][1])  # LITE ranks as numpy does
 

@@ -22,10 +22,16 @@ stay on a topic for several exchanges, so the evidence often sits next to the ex
 that shares the question's words. That term is part of ``relevance`` (so ``total`` stays
 relevance plus the three nudges) and is shown on its own in ``explain()``.
 
-One more acts on the fused relevance before the neighbour term (so a neighbour lends what
-it adds): when the question asks *when* (``WHEN_QUESTION``), a matching candidate that
-mentions a time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a
-weekday, a year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
+Two more act on the fused relevance before the neighbour term (so a neighbour lends what
+they add). Pseudo-relevance feedback, when the vector leg ran: a third term joins the
+fusion, ``(W_FTS·s_fts + W_VEC·s_vec + FEEDBACK_WEIGHT·s_fb) / (Σ W + FEEDBACK_WEIGHT)``,
+``s_fb`` a candidate's cosine with the mean vector of the ``FEEDBACK_DOCS`` best candidates
+by fused relevance (min-max with floor over the candidates); evidence spread over a
+conversation reads like its best match more than like the question. The vectors come from
+the vector index, decoded from the codes it holds (``VectorHits``), not read again. And
+when the question asks *when* (``WHEN_QUESTION``), a matching candidate that mentions a
+time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a weekday, a
+year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
 
 Facts have a vector leg too (``fact_vectors.py``): exact cosine over the live facts, scored
 on an absolute scale (``normalise_fact_cosines``) rather than min-max, since a handful of
@@ -315,9 +321,9 @@ class VectorHits(list[tuple[int, float]]):
     """A vector leg's answer, ``[(chunk_id, cosine)]``, that can also hand over chunks' unit
     vectors: ``vectors_of(ids)`` returns ``(held, matrix)``, ``matrix[i]`` the vector of
     ``ids[i]`` where ``held[i]`` (zeros elsewhere). The vector index decodes them from the
-    codes it holds anyway (``quantized.decode``: within ~1e-4 of the stored vectors, and
-    the same on every backend), so the feedback term costs a gather and a product over the
-    ~100 candidates rather than a read of their BLOBs."""
+    codes it holds anyway (``quantized.decode_coarse``: within ~0.01 of the stored vectors,
+    and the same on every backend), so the feedback term costs a gather and a product over
+    the ~100 candidates rather than a read of their BLOBs."""
 
     def __init__(
         self,
@@ -862,28 +868,27 @@ def _add_feedback(
         return {}
     ids = np.fromiter(fused, dtype=np.int64, count=len(fused))
     relevance = np.fromiter(fused.values(), dtype=np.float64, count=len(fused))
-    top = np.lexsort((-ids, -relevance))[:FEEDBACK_DOCS]  # by (-relevance, -id)
+    top = np.lexsort((ids, relevance))[: -FEEDBACK_DOCS - 1 : -1]  # by (-relevance, -id)
     held, matrix = found.vectors_of(ids)
     if not held[top[0]]:
         return {}
-    centroid = matrix[top[held[top]]].mean(axis=0)
-    norm = float(np.linalg.norm(centroid))
-    if not norm > 0:
-        return {}
+    # Cosines up to the centroid's length, which the min-max below divides out.
     # einsum, not @: BLAS would wake its spinning threads (see scan.py).
-    cosines = np.einsum("ij,j->i", matrix, centroid / norm)
+    products = np.einsum("ij,j->i", matrix, matrix[top[held[top]]].sum(axis=0))
     every = bool(held.all())
-    among = cosines if every else cosines[held]
+    among = products if every else products[held]
     best, low = float(among.max()), float(among.min())
     if best <= 0:
         return {}
     if best <= low:
         s_fb = held.astype(np.float64)
     else:
-        s_fb = np.clip((cosines - low) / (best - low), 0.0, 1.0)
+        s_fb = (products - low) / (best - low)
         if not every:
             s_fb[~held] = 0.0
-    new = (relevance * weight_sum + FEEDBACK_WEIGHT * s_fb) / (weight_sum + FEEDBACK_WEIGHT)
+    new = relevance * weight_sum
+    new += FEEDBACK_WEIGHT * s_fb
+    new /= weight_sum + FEEDBACK_WEIGHT
     keys = ids.tolist()
     fused.update(zip(keys, new.tolist()))
     return dict(zip(keys, (new - relevance).tolist()))

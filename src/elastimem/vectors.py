@@ -673,14 +673,13 @@ class VectorIndex:
         with self._lock:
             if (label, dim) != (self._label, self._dim):
                 return np.zeros(ids.size, dtype=bool), np.zeros((ids.size, dim), dtype=np.float32)
-            rows = np.full(ids.size, -1, dtype=np.int64)
-            inside = (ids >= 0) & (ids < self._pos.shape[0])
-            rows[inside] = self._pos[ids[inside]]
-            held = (rows >= 0) & (rows < self._count)
+            # Out-of-range ids clip to some row; the id check below turns them away.
+            rows = self._pos.take(ids, mode="clip")
+            held = (self._ids.take(rows, mode="clip") == ids) & (rows >= 0)
             if held.all():
-                return held, quantized.decode(self._codes, rows)
+                return held, quantized.decode_coarse(self._codes, rows)
             out = np.zeros((ids.size, dim), dtype=np.float32)
-            out[held] = quantized.decode(self._codes, rows[held])
+            out[held] = quantized.decode_coarse(self._codes, rows[held])
             return held, out
 
     # -- HNSW --------------------------------------------------------------------------------
@@ -924,7 +923,7 @@ def _read_decoded(
     rows = np.asarray([position.get(cid, -1) for cid in ids.tolist()], dtype=np.int64)
     held = rows >= 0
     out = np.zeros((ids.size, dim), dtype=np.float32)
-    out[held] = quantized.decode(quantized.encode(vectors), rows[held])
+    out[held] = quantized.decode_coarse(quantized.encode(vectors), rows[held])
     return held, out
 
 
