@@ -207,8 +207,9 @@ NEIGHBOUR_MIN_COSINE = 0.15
 # the fine codes or the coarse ones alone): the term takes ~0.23 ms of CPU a query (p50),
 # and hybrid p50 at 10k exchanges went 3.58 -> 3.89 ms in an interleaved in-process A/B
 # (latency.py's store and queries, 3 x 200 pairs, load ~5 from other jobs); latency.py
-# itself, main against this, 4.84 / 3.16 / 5.40 against 7.94 / 3.56 / 4.02 ms, inside its
-# noise there. So ~0.3 ms, still more than the 0.15 ms asked. Giving s_fb 0 to candidates
+# itself, main against this, 4.84 / 3.16 / 5.40 against 7.94 / 3.56 / 4.02 ms at load ~5,
+# but 11.55 / 10.29 against 19.37 / 20.00 at load ~8 (the A/B there: +0.42 ms of CPU). So
+# 0.3-0.4 ms, more than the 0.15 ms the issue allows. Giving s_fb 0 to candidates
 # outside the vector leg's exact top 50 (their float32 vectors at hand) instead: 0.74403 /
 # 0.81323, below the bonus alone, so every candidate gets its vector. Also no better:
 # feedback mixed into the query vector (q + β·centroid, re-normalised as the vector leg:
