@@ -401,3 +401,54 @@ def test_a_when_question_prefers_the_exchange_that_says_when(make_store: Any) ->
     by_id = {b.chunk_id: b.time_bonus for b in explained.chunk_breakdowns}
     bonus = {h.text.split(" ")[2]: by_id[h.id] for h in explained.hits}
     assert bonus == {"went": pytest.approx(retrieval.TIME_MENTION_BONUS), "showed": 0.0}
+
+
+class TopicEmbedder:
+    """Vectors by topic word: 'paddle' reads like 'kayak', 'garden' does not."""
+
+    TABLE = {
+        "kayak": [0.9, 0.0, 0.436],  # the question reads [0, 0, 1]
+        "paddle": [0.95, 0.0, 0.312],
+        "garden": [0.0, 0.95, 0.312],  # as close to the question as the paddle
+    }
+
+    def vector(self, text: str) -> list[float]:
+        first = text.casefold().split("\n", 1)[0]
+        for word, vector in self.TABLE.items():
+            if word in first:
+                return vector
+        return [0.0, 0.0, 1.0]
+
+    def __call__(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector(t) for t in texts]
+
+
+def test_feedback_lifts_the_exchange_that_reads_like_the_best_hits(make_store: Any) -> None:
+    mem = make_store(embedder=TopicEmbedder())
+    for user in (
+        "Mia took her kayak out on Saturday",
+        "Mia packed the kayak on Saturday",
+        "Mia oiled the paddle",
+        "Mia tidied the garden",
+    ):
+        mem.begin_session()  # one session each: no neighbour shares
+        mem.record_turn(user, "Nice.")
+        mem.end_session()
+    assert mem.drain(10)
+    question = "What does Mia do on Saturday?"
+    texts = [h.text.split("\n")[0] for h in mem.recall(question, 4)]
+    assert texts[:2] == [
+        "User: Mia packed the kayak on Saturday",
+        "User: Mia took her kayak out on Saturday",
+    ]
+    # The paddle and garden exchanges match the question alike (one word, the same cosine);
+    # the paddle one reads like the best hits, so the feedback puts it first (the garden
+    # one, recorded later, came first without it: retrieval.FEEDBACK_WEIGHT).
+    assert texts[2:] == ["User: Mia oiled the paddle", "User: Mia tidied the garden"]
+    # explain() shows the term: the paddle exchange gains, the garden one loses.
+    explained = mem.explain(question, 4)
+    by_id = {b.chunk_id: b for b in explained.chunk_breakdowns}
+    part = {h.text.split(" ")[2]: by_id[h.id] for h in explained.hits}
+    assert part["oiled"].feedback > 0 > part["tidied"].feedback
+    assert part["oiled"].fused_relevance > part["tidied"].fused_relevance
+    assert part["oiled"].fts == part["tidied"].fts and part["oiled"].vector == part["tidied"].vector

@@ -97,7 +97,9 @@ def test_explain_shows_every_leg_and_sums(make_store: Factory, embedder: HashEmb
             legs = (DEFAULT_WEIGHTS.fts * c.fts + DEFAULT_WEIGHTS.vec * c.vector) / (
                 DEFAULT_WEIGHTS.fts + DEFAULT_WEIGHTS.vec
             )
-            assert c.fused_relevance == pytest.approx(legs + c.time_bonus + c.neighbour)
+            assert c.fused_relevance == pytest.approx(
+                legs + c.feedback + c.time_bonus + c.neighbour
+            )
             assert 0 <= c.neighbour <= DEFAULT_WEIGHTS.neighbour
 
 
@@ -118,9 +120,9 @@ def test_neighbouring_exchange_lifts_a_chunk(make_store: Factory) -> None:
         # No vector leg here: the keyword leg plus the neighbour term is the relevance.
         assert c.fused_relevance == pytest.approx(c.fts + c.neighbour)
     # The field is part of explain()'s breakdown, after the older ones, with a default
-    # (then the time bonus, also defaulted).
+    # (then the time bonus and the feedback term, also defaulted).
     names = [f.name for f in dataclasses.fields(elastimem.ChunkScoreBreakdown)]
-    assert names[-2:] == ["neighbour", "time_bonus"]
+    assert names[-3:] == ["neighbour", "time_bonus", "feedback"]
 
 
 def test_query_vectors_are_cached_per_label_and_dim(make_store: Factory) -> None:

@@ -56,6 +56,10 @@ class ChunkScoreBreakdown:
     # The time-mention bonus, already counted in ``fused_relevance`` too:
     # fused_relevance = legs + time_bonus + neighbour (retrieval.py).
     time_bonus: float = 0.0
+    # What pseudo-relevance feedback changed in ``fused_relevance`` (it re-weighs the legs,
+    # so it can be negative), counted in it too:
+    # fused_relevance = legs + feedback + time_bonus + neighbour (retrieval.py).
+    feedback: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -85,3 +85,14 @@ def test_codes_take_half_the_bytes_of_float32() -> None:
     matrix = _unit(np.random.default_rng(1).standard_normal((1000, 384)))
     held = sum(array.nbytes for array in quantized.encode(matrix))
     assert held <= 0.52 * matrix.nbytes  # two int8 codes and four floats a row
+
+
+def test_decoded_rows_are_within_their_coarse_error_of_the_vectors() -> None:
+    matrix = _unit(np.random.default_rng(2).standard_normal((200, 384))).astype(np.float32)
+    codes = quantized.encode(matrix)
+    rows = np.array([5, 0, 199, 5])
+    decoded = quantized.decode_coarse(codes, rows)
+    assert decoded.dtype == np.float32 and decoded.shape == (4, 384)
+    gap = np.linalg.norm(decoded.astype(np.float64) - matrix[rows], axis=1)
+    assert np.all(gap <= codes.coarse_error[rows] + 1e-6)
+    assert float(gap.max()) < 0.02

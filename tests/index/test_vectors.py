@@ -26,6 +26,7 @@ from elastimem.index import ann as ann_module
 from elastimem.index import vectors as vectors_module
 from elastimem.index.vectors import (
     GROWTH_FACTOR,
+    VectorHits,
     VectorIndex,
     exact_scores,
     passage_texts,
@@ -170,6 +171,32 @@ def test_other_labels_and_dimensions_never_affect_results(
         found = search(index, database, query, 200)
         assert {cid for cid, _ in found} <= set(mine) and len(found) == 100
         assert found[0][1] < 0.99
+
+
+def test_a_search_hands_over_the_vectors_of_other_chunks_too(
+    database: db_module.Database,
+) -> None:
+    """The feedback term of recall asks the vector leg for its candidates' vectors
+    (retrieval.VectorHits): every backend gives the same ones, decoded from the codes,
+    for chunks in the answer or not; a chunk without a vector is not held."""
+    rng = np.random.default_rng(15)
+    vectors = unit_rows(rng, 300, 16)
+    ids = add_chunks(database, vectors)
+    query = unit_rows(rng, 1, 16)[0]
+    wanted = np.array([ids[0], ids[299], ids[150], max(ids) + 7], dtype=np.int64)
+    handed = []
+    for streaming in (False, True):
+        index = index_for(database)
+        index.set_streaming(streaming)
+        with database.read() as conn:
+            found = index.search(conn, query, LABEL, NO_FILTERS, 10)
+            assert isinstance(found, VectorHits) and len(found) == 10
+            handed.append(found.vectors_of(wanted))
+    for held, matrix in handed:
+        assert held.tolist() == [True, True, True, False]
+        assert np.linalg.norm(matrix[:3] - vectors[[0, 299, 150]], axis=1).max() < 0.05
+        assert not matrix[3].any()
+    assert np.array_equal(handed[0][1], handed[1][1])  # LITE ranks as numpy does
 
 
 # -- numpy: incremental sync ------------------------------------------------------------------

@@ -52,6 +52,24 @@ from .vector_writes import write_vectors as write_vectors
 
 logger = logging.getLogger("elastimem")
 
+
+class VectorHits(list[tuple[int, float]]):
+    """A vector leg's answer, ``[(chunk_id, cosine)]``, that can also hand over chunks' unit
+    vectors: ``vectors_of(ids)`` returns ``(held, matrix)``, ``matrix[i]`` the vector of
+    ``ids[i]`` where ``held[i]`` (zeros elsewhere). The vector index decodes them from the
+    codes it holds anyway (``quantized.decode_coarse``: within ~0.01 of the stored vectors,
+    and the same on every backend), so the feedback term costs a gather and a product over
+    the ~100 candidates rather than a read of their BLOBs."""
+
+    def __init__(
+        self,
+        hits: list[tuple[int, float]],
+        vectors_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        super().__init__(hits)
+        self.vectors_of = vectors_of
+
+
 STREAM_BLOCK_ROWS = 4096
 # Grow the matrix by 1/8 at a time: appends stay amortised O(1) while the buffer never
 # holds more than ~1.125 × the live rows (the 1.2 × N × dim × 4 bytes memory target); a
@@ -353,7 +371,7 @@ class VectorIndex:
             ready = self._answer_now(conn, query, label, dim, filters, n)
             if ready is not None:
                 self._lock.release()
-                return functools.partial(list, ready)
+                return functools.partial(_hand_over, ready)
             count = self._count
             mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
             coded = quantized.encode_query(query)
@@ -440,7 +458,23 @@ class VectorIndex:
             self._exact.add(read_ids, read)
             ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
-        return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+        hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+        return VectorHits(hits, functools.partial(self._decoded, label, int(query.shape[0])))
+
+    def _decoded(self, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``VectorHits.vectors_of``: the vectors of ``ids`` decoded from the codes, as the
+        index holds them now (a chunk it does not hold: not held, zeros)."""
+        with self._lock:
+            if (label, dim) != (self._label, self._dim):
+                return np.zeros(ids.size, dtype=bool), np.zeros((ids.size, dim), dtype=np.float32)
+            # Out-of-range ids clip to some row; the id check below turns them away.
+            rows = self._pos.take(ids, mode="clip")
+            held = (self._ids.take(rows, mode="clip") == ids) & (rows >= 0)
+            if held.all():
+                return held, quantized.decode_coarse(self._codes, rows)
+            out = np.zeros((ids.size, dim), dtype=np.float32)
+            out[held] = quantized.decode_coarse(self._codes, rows[held])
+            return held, out
 
     # -- HNSW --------------------------------------------------------------------------------
 
@@ -654,7 +688,26 @@ def _search_streaming(
         best_ids = np.concatenate([best_ids, block.ids[picked]])
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
         best_ids, best_scores = _best(best_ids, best_scores, n)
-    return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+    hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
+    return VectorHits(hits, functools.partial(_read_decoded, conn, label, dim))
+
+
+def _read_decoded(conn: Tx, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``VectorHits.vectors_of`` without resident rows (LITE): the stored vectors of
+    ``ids``, coded and decoded as the resident index holds them, so that LITE ranks as the
+    resident index does."""
+    found, vectors = conn.vectors.read(label, dim, ids.tolist())
+    position = {cid: n for n, cid in enumerate(found.tolist())}
+    rows = np.asarray([position.get(cid, -1) for cid in ids.tolist()], dtype=np.int64)
+    held = rows >= 0
+    out = np.zeros((ids.size, dim), dtype=np.float32)
+    out[held] = quantized.decode_coarse(quantized.encode(vectors), rows[held])
+    return held, out
+
+
+def _hand_over(found: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """A ready answer, as it is (a ``VectorHits`` keeps its vectors)."""
+    return found
 
 
 def _grow(array: np.ndarray, capacity: int) -> np.ndarray:
