@@ -52,7 +52,7 @@ def leading_clause(text: str) -> str:
 
 
 def fit_digest(items: list[str], budget: int, est: Callable[[str], int]) -> list[str]:
-    """Drop the oldest items until the joined digest fits ``budget`` tokens."""
+    """The newest items whose joined digest fits ``budget`` tokens (the oldest go first)."""
     kept = list(items)
     while kept and est("\n".join(kept)) > budget:
         kept.pop(0)

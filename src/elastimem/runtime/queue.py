@@ -122,7 +122,7 @@ def release_held_extracts(conn: Tx, session_id: int, owner: Owner, phase: str) -
 
 
 def set_payload(conn: Tx, job_id: int, payload: dict[str, Any]) -> None:
-    """Replace a job's payload (a handler recording what is left when it stops early)."""
+    """Set a job's payload (a handler recording what is left when it stops early)."""
     conn.jobs.set_payload(job_id, payload, now=now_ts())
 
 
