@@ -88,7 +88,7 @@ def review_fact_merges(services: Services) -> dict[str, int]:
     config = services.config()
     cutoff = ts_minus(config.fact_merge_review_window_days * 86400.0)
     with services.db.read() as conn:
-        pairs = conn.facts.unreviewed_supersessions(cutoff, MERGE_REVIEWS_PER_SWEEP)
+        pairs = conn.facts.unreviewed_replacements(cutoff, MERGE_REVIEWS_PER_SWEEP)
     merged = kept = 0
     for old_id, new_id, key, old_value, old_at, new_value, new_at in pairs:
         prompt = build_fact_merge_prompt(key, old_value, old_at, new_value, new_at)
@@ -99,7 +99,7 @@ def review_fact_merges(services: Services) -> dict[str, int]:
             # puts the job back: see run_consolidate)
         value = clean_value(reply)
         with services.db.atomic() as conn:
-            live = conn.facts.live_version(key)
+            live = conn.facts.live_attributes(key)
             verdict, result_id = "rejected", None
             if live is not None and int(live[0]) == int(new_id):
                 if value == new_value:

@@ -138,9 +138,9 @@ def run_rolling_summary(services: Services, job: jobs.Job) -> None:
     current_id, digest = services.current_digest()
     if current_id != session_id:
         with services.db.read() as conn:
-            stored = conn.transcript.rolling_summary(session_id)
-        if stored is None:
-            return
+            if not conn.transcript.session_exists(session_id):
+                return
+            stored = conn.transcript.rolling_summary(session_id) or ""
         digest = [line for line in stored.split("\n") if line.strip()]
     evicted = [tuple(t) for t in job.payload.get("evicted", []) if isinstance(t, list)]
     prompt = build_condense_prompt(digest, evicted)

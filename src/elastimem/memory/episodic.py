@@ -232,35 +232,35 @@ def _join_greedy(items: list[str], limit: int) -> list[str]:
 
 def open_session(conn: Tx, owner: Owner, *, at: str | None, host_tag: str | None) -> int:
     now = now_ts()
-    highest = conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
-    session_id = max(int(highest or 0), conn.meta.get_int(SESSION_ID_HIGH_WATER)) + 1
-    conn.execute(
-        "INSERT INTO sessions (id, started_at, host_tag, owner_pid, owner_host, heartbeat_at, "
-        "backdated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (session_id, at or now, host_tag, owner.pid, owner.host, now, 1 if at else 0),
+    session_id = conn.transcript.insert_session(
+        above=conn.meta.get_int(SESSION_ID_HIGH_WATER),
+        started_at=at or now,
+        host_tag=host_tag,
+        owner_pid=owner.pid,
+        owner_host=owner.host,
+        heartbeat_at=now,
+        backdated=bool(at),
     )
     conn.meta.set(SESSION_ID_HIGH_WATER, session_id)
     return session_id
 
 
 def exists(conn: Tx, session_id: int) -> bool:
-    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+    return conn.transcript.session_exists(session_id)
 
 
 def is_open(conn: Tx, session_id: int) -> bool:
-    row = conn.execute("SELECT ended_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return row is not None and row[0] is None
+    state = conn.transcript.session_state(session_id)
+    return state is not None and state.ended_at is None
 
 
 def close_session(conn: Tx, session_id: int) -> bool:
     """End a session (§5.9 step 3). Returns False when it was not open."""
-    row = conn.execute(
-        "SELECT ended_at, backdated, started_at FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    if row is None or row[0] is not None:
+    state = conn.transcript.session_state(session_id)
+    if state is None or state.ended_at is not None:
         return False
-    if row[1]:
-        ended_at = _last_message_time(conn, session_id) or row[2]
+    if state.backdated:
+        ended_at = conn.transcript.last_message_time(session_id) or state.started_at
     else:
         ended_at = now_ts()
     _finish_session_row(conn, session_id, ended_at)
@@ -269,42 +269,25 @@ def close_session(conn: Tx, session_id: int) -> bool:
 
 def close_orphan(conn: Tx, session_id: int) -> None:
     """Close a session left open by a dead process: it ends at its last message."""
-    row = conn.execute("SELECT started_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    if row is None:
+    state = conn.transcript.session_state(session_id)
+    if state is None:
         return
-    ended_at = _last_message_time(conn, session_id) or row[0]
+    ended_at = conn.transcript.last_message_time(session_id) or state.started_at
     _finish_session_row(conn, session_id, ended_at)
 
 
 def _finish_session_row(conn: Tx, session_id: int, ended_at: str) -> None:
-    first_user = conn.execute(
-        "SELECT content FROM messages WHERE session_id = ? AND role = 'user' "
-        "ORDER BY turn, id LIMIT 1",
-        (session_id,),
-    ).fetchone()
-    title = make_title(first_user[0]) if first_user else None
-    conn.execute(
-        "UPDATE sessions SET ended_at = ?, title = COALESCE(title, ?), owner_pid = NULL, "
-        "owner_host = NULL WHERE id = ?",
-        (ended_at, title, session_id),
-    )
-
-
-def _last_message_time(conn: Tx, session_id: int) -> str | None:
-    row = conn.execute(
-        "SELECT max(created_at) FROM messages WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    return str(row[0]) if row and row[0] else None
+    first_user = conn.transcript.first_user_message(session_id)
+    title = make_title(first_user) if first_user is not None else None
+    conn.transcript.end_session(session_id, ended_at, title)
 
 
 def heartbeat(conn: Tx, session_id: int) -> None:
-    conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (now_ts(), session_id))
+    conn.transcript.set_heartbeat(session_id, now_ts())
 
 
 def clear_owner(conn: Tx, session_id: int) -> None:
-    conn.execute(
-        "UPDATE sessions SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (session_id,)
-    )
+    conn.transcript.clear_owner(session_id)
 
 
 def pid_alive(pid: int) -> bool:
@@ -331,12 +314,9 @@ def find_orphans(conn: Tx, me: Owner, siblings_open: bool = False) -> list[int]:
     """Open sessions to close at open (§6). ``siblings_open``: other instances of this
     process have the file open; then no session of this pid is an orphan (a sibling may be
     inside a long job that holds its heartbeat back)."""
-    rows = conn.execute(
-        "SELECT id, owner_pid, owner_host, heartbeat_at FROM sessions WHERE ended_at IS NULL"
-    ).fetchall()
     orphans = []
     stale = ts_minus(ORPHAN_HEARTBEAT_SECONDS)
-    for session_id, pid, host, beat in rows:
+    for session_id, pid, host, beat in conn.transcript.open_sessions():
         if pid == me.pid and host == me.host:
             # With no other instance of this process open, a session of this pid is a
             # crashed process's that came back with the same pid (routine in containers,
@@ -363,62 +343,46 @@ def insert_turn(
     user_tokens: int,
     assistant_tokens: int,
 ) -> TurnRecord:
-    """Insert one exchange: its messages, its chunks, and the session counters (§5.10).
+    """Store one exchange: its messages, its chunks, and the session counters (§5.10).
 
     The chunk texts are cut beforehand: the tokenizer must never run under the write lock.
     """
-    row = conn.execute(
-        "SELECT coalesce(max(turn), 0) FROM messages WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    turn = int(row[0]) + 1
+    transcript = conn.transcript
+    turn = transcript.last_turn(session_id) + 1
     message_ids: list[int] = []
     for role, content, tokens in (
         ("user", user, user_tokens),
         ("assistant", assistant, assistant_tokens),
     ):
         if content:
-            cur = conn.execute(
-                "INSERT INTO messages (session_id, turn, role, content, created_at, "
-                "token_estimate) VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, turn, role, content, at, tokens),
+            message_ids.append(
+                transcript.insert_message(
+                    session_id, turn, role, content, created_at=at, token_estimate=tokens
+                )
             )
-            message_ids.append(int(cur.lastrowid or 0))
-    conn.execute(
-        "UPDATE sessions SET message_count = message_count + ?, "
-        "title = COALESCE(title, ?), heartbeat_at = ? WHERE id = ?",
-        (len(message_ids), make_title(user) if user else None, now_ts(), session_id),
+    transcript.count_turn(
+        session_id, len(message_ids), make_title(user) if user else None, now_ts()
     )
-    chunk_ids: list[int] = []
-    for text in chunk_texts:
-        cur = conn.execute(
-            "INSERT INTO chunks (session_id, first_msg_id, last_msg_id, text, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (session_id, message_ids[0], message_ids[-1], text, at),
+    chunk_ids = (
+        transcript.insert_chunks(
+            session_id, message_ids[0], message_ids[-1], chunk_texts, created_at=at
         )
-        chunk_ids.append(int(cur.lastrowid or 0))
+        if chunk_texts
+        else []
+    )
     return TurnRecord(session_id, turn, tuple(message_ids), tuple(chunk_ids), at)
 
 
 def raise_chunk_importance(conn: Tx, chunk_ids: tuple[int, ...] | list[int], floor: float) -> None:
     if chunk_ids:
-        marks = ",".join("?" * len(chunk_ids))
-        conn.execute(
-            f"UPDATE chunks SET importance = max(importance, ?) WHERE id IN ({marks})",
-            (floor, *chunk_ids),
-        )
+        conn.transcript.raise_chunk_importance(chunk_ids, floor)
 
 
 # -- reading ----------------------------------------------------------------------------------
 
 
 def list_sessions(conn: Tx, n: int) -> list[dict[str, object]]:
-    rows = conn.execute(
-        "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
-        "FROM sessions ORDER BY started_at DESC, id DESC LIMIT ?",
-        (max(0, n),),
-    ).fetchall()
-    keys = ("id", "started_at", "ended_at", "title", "summary", "message_count", "host_tag")
-    return [dict(zip(keys, row)) for row in rows]
+    return conn.transcript.recent_sessions(n)
 
 
 def resume_tail(
@@ -426,34 +390,22 @@ def resume_tail(
 ) -> tuple[str | None, list[dict[str, str]]]:
     """The digest and the newest messages of a session that fit ``budget`` tokens (§5.9)."""
     if session_id is None:
-        row = conn.execute(
-            "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND message_count > 0 "
-            "AND id IS NOT ? ORDER BY started_at DESC, id DESC LIMIT 1",
-            (exclude,),
-        ).fetchone()
-        if row is None:
+        session_id = conn.transcript.latest_ended_session(exclude)
+        if session_id is None:
             return None, []
-        session_id = int(row[0])
-    session = conn.execute(
-        "SELECT rolling_summary FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
-    if session is None:
-        return None, []
+    # An absent session has no digest and no messages: (None, []).
+    summary = conn.transcript.rolling_summary(session_id)
     messages: list[dict[str, str]] = []
     used = 0
-    for role, content, tokens in conn.execute(
-        "SELECT role, content, token_estimate FROM messages WHERE session_id = ? "
-        "ORDER BY turn DESC, id DESC",
-        (session_id,),
-    ):
-        if messages and used + int(tokens) > budget:
+    for role, content, tokens in conn.transcript.newest_messages(session_id):
+        if messages and used + tokens > budget:
             break
-        used += int(tokens)
+        used += tokens
         messages.append({"role": role, "content": content})
     messages.reverse()
     if len(messages) > 1 and messages[0]["role"] == "assistant":
         messages = messages[1:]
-    return (session[0] or None), messages
+    return (summary or None), messages
 
 
 def turn_time(at: object) -> str:

@@ -50,33 +50,18 @@ def add_lesson(
             conn, LESSON_QUARANTINE_KEY, text, reason, LESSON_QUARANTINE_SOURCE, quarantine_cap
         )
         return LessonWrite(False, False, reason)
-    before = conn.execute("SELECT archived FROM lessons WHERE text = ?", (text,)).fetchone()
-    now = now_ts()
-    conn.execute(
-        "INSERT INTO lessons (text, tag, created_at, last_used_at, use_count) "
-        "VALUES (?, ?, ?, ?, 1) ON CONFLICT(text) DO UPDATE SET "
-        "use_count = use_count + 1, last_used_at = excluded.last_used_at, archived = 0, "
-        "tag = COALESCE(excluded.tag, tag)",
-        (text, tag, now, now),
-    )
+    archived = conn.lessons.archived_state(text)
+    conn.lessons.add_or_revive(text, tag, now_ts())
     apply_cap(conn, max_lessons)
-    return LessonWrite(before is None or bool(before[0]), True)
+    return LessonWrite(archived is None or archived, True)
 
 
 def apply_cap(conn: Tx, max_lessons: int) -> None:
-    conn.execute(
-        "UPDATE lessons SET archived = 1 WHERE archived = 0 AND id NOT IN ("
-        "SELECT id FROM lessons WHERE archived = 0 "
-        "ORDER BY last_used_at DESC, id DESC LIMIT ?)",
-        (max_lessons,),
-    )
+    conn.lessons.archive_beyond(max_lessons)
 
 
 def top_lessons(conn: Tx, n: int) -> list[str]:
-    rows = conn.execute(
-        "SELECT text, last_used_at, id FROM lessons WHERE archived = 0 "
-        "ORDER BY use_count DESC, last_used_at DESC, id DESC LIMIT ?",
-        (n,),
-    ).fetchall()
-    rows.sort(key=lambda r: (r[1], r[2]))
-    return [str(r[0]) for r in rows]
+    """The ``n`` most used current lessons, oldest use first (as a prompt shows them)."""
+    rows = conn.lessons.most_used(n)
+    rows.sort(key=lambda r: (r.last_used_at, r.id))
+    return [r.text for r in rows]

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from elastimem.index.vectors import write_vectors
-from elastimem.memory import semantic
 from tests.storage.contract.seed import fact, session, turn
 
 
@@ -139,9 +138,9 @@ def test_fact_reads_and_keyword_search(backend_database: Any) -> None:
         assert [(r[0], r[1], r[2]) for r in rows] == [(pet, "favorite_pet", "greyhound")]
         assert rows[0][3].startswith("2024-07-01") and isinstance(rows[0][4], float)
         assert tx.facts.candidate_rows([]) == []
-        live = tx.facts.live_version("city")
-        assert live is not None and live[0] == new
-        assert tx.facts.live_version("nope") is None
+        live = tx.facts.live_attributes("city")
+        assert live is not None and live[0] == new and isinstance(live[1], float)
+        assert tx.facts.live_attributes("nope") is None
         for search in (tx.postings.fact_matches, tx.postings.fact_term_counts):
             assert [fid for fid, _ in search(["porto"], 10) or []] == [new]
             assert search(["lisbon"], 10) == []  # not live
@@ -149,21 +148,3 @@ def test_fact_reads_and_keyword_search(backend_database: Any) -> None:
             assert [fid for fid, _ in search(["favorite", "pet"], 10) or []] == [pet]
             assert search(["porto"], 10, since="2024-07-01") == []
             assert [f for f, _ in search(["greyhound"], 10, until="2024-08-01") or []] == [pet]
-
-
-def test_merge_reviews_and_quarantine(backend_database: Any) -> None:
-    with backend_database.atomic() as tx:
-        old = fact(tx, "city", "Lisbon")
-        new = fact(tx, "city", "Porto")
-        pairs = tx.facts.unreviewed_supersessions("2000-01-01T00:00:00.000000Z", 5)
-        assert [(p[0], p[1], p[2], p[3], p[5]) for p in pairs] == [
-            (old, new, "city", "Lisbon", "Porto")
-        ]
-        assert tx.facts.unreviewed_supersessions("2999-01-01T00:00:00.000000Z", 5) == []
-        tx.facts.record_review(old, new, "kept", None, "2025-01-01T00:00:00.000000Z")
-        tx.facts.record_review(old, new, "kept", None, "2025-01-01T00:00:00.000000Z")  # once
-        assert tx.facts.unreviewed_supersessions("2000-01-01T00:00:00.000000Z", 5) == []
-        for i in range(4):
-            semantic.quarantine(tx, f"bad{i}", "value", "test", "auto", 100)
-        tx.facts.trim_quarantine(2)
-        assert tx.stats.counts()["quarantine"] == 2

@@ -4,6 +4,20 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
+
+_SESSION_LIST_KEYS = (
+    "id",
+    "started_at",
+    "ended_at",
+    "title",
+    "summary",
+    "message_count",
+    "host_tag",
+)
 
 
 class SqliteTranscriptRows:
@@ -13,6 +27,188 @@ class SqliteTranscriptRows:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def insert_session(
+        self,
+        *,
+        above: int,
+        started_at: str,
+        host_tag: str | None,
+        owner_pid: int,
+        owner_host: str,
+        heartbeat_at: str,
+        backdated: bool,
+    ) -> int:
+        # The caller's write transaction (BEGIN IMMEDIATE) holds the only write lock, so
+        # nobody adds a session between this max() and the insert.
+        highest = self._conn.execute("SELECT max(id) FROM sessions").fetchone()[0]
+        session_id = max(int(highest or 0), int(above)) + 1
+        self._conn.execute(
+            "INSERT INTO sessions (id, started_at, host_tag, owner_pid, owner_host, "
+            "heartbeat_at, backdated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                started_at,
+                host_tag,
+                owner_pid,
+                owner_host,
+                heartbeat_at,
+                1 if backdated else 0,
+            ),
+        )
+        return session_id
+
+    def session_exists(self, session_id: int) -> bool:
+        found = self._conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,))
+        return found.fetchone() is not None
+
+    def session_state(self, session_id: int) -> SessionState | None:
+        row = self._conn.execute(
+            "SELECT started_at, ended_at, backdated FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return SessionState(str(row[0]), row[1], bool(row[2]))
+
+    def first_user_message(self, session_id: int) -> str | None:
+        row = self._conn.execute(
+            "SELECT content FROM messages WHERE session_id = ? AND role = 'user' "
+            "ORDER BY turn, id LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def last_message_time(self, session_id: int) -> str | None:
+        row = self._conn.execute(
+            "SELECT max(created_at) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return str(row[0]) if row and row[0] else None
+
+    def end_session(self, session_id: int, ended_at: str, title: str | None) -> None:
+        self._conn.execute(
+            "UPDATE sessions SET ended_at = ?, title = COALESCE(title, ?), owner_pid = NULL, "
+            "owner_host = NULL WHERE id = ?",
+            (ended_at, title, session_id),
+        )
+
+    def set_heartbeat(self, session_id: int, at: str) -> None:
+        self._conn.execute("UPDATE sessions SET heartbeat_at = ? WHERE id = ?", (at, session_id))
+
+    def clear_owner(self, session_id: int) -> None:
+        self._conn.execute(
+            "UPDATE sessions SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (session_id,)
+        )
+
+    def open_sessions(self) -> list[OpenSession]:
+        rows = self._conn.execute(
+            "SELECT id, owner_pid, owner_host, heartbeat_at FROM sessions WHERE ended_at IS NULL"
+        ).fetchall()
+        return [OpenSession(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+    def recent_sessions(self, n: int) -> list[dict[str, object]]:
+        rows = self._conn.execute(
+            "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
+            "FROM sessions ORDER BY started_at DESC, id DESC LIMIT ?",
+            (max(0, n),),
+        ).fetchall()
+        return [dict(zip(_SESSION_LIST_KEYS, row)) for row in rows]
+
+    def latest_ended_session(self, exclude: int | None) -> int | None:
+        row = self._conn.execute(
+            "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND message_count > 0 "
+            "AND id IS NOT ? ORDER BY started_at DESC, id DESC LIMIT 1",
+            (exclude,),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def rolling_summary(self, session_id: int) -> str | None:
+        row = self._conn.execute(
+            "SELECT rolling_summary FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    # -- messages and chunks ------------------------------------------------------------------
+
+    def last_turn(self, session_id: int) -> int:
+        row = self._conn.execute(
+            "SELECT coalesce(max(turn), 0) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def insert_message(
+        self,
+        session_id: int,
+        turn: int,
+        role: str,
+        content: str,
+        *,
+        created_at: str,
+        token_estimate: int,
+    ) -> int:
+        cur = self._conn.execute(
+            "INSERT INTO messages (session_id, turn, role, content, created_at, "
+            "token_estimate) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, turn, role, content, created_at, token_estimate),
+        )
+        return int(cur.lastrowid or 0)
+
+    def count_turn(
+        self, session_id: int, messages: int, title: str | None, heartbeat_at: str
+    ) -> None:
+        self._conn.execute(
+            "UPDATE sessions SET message_count = message_count + ?, "
+            "title = COALESCE(title, ?), heartbeat_at = ? WHERE id = ?",
+            (messages, title, heartbeat_at, session_id),
+        )
+
+    def newest_messages(self, session_id: int) -> Iterator[tuple[str, str, int]]:
+        cur = self._conn.execute(
+            "SELECT role, content, token_estimate FROM messages WHERE session_id = ? "
+            "ORDER BY turn DESC, id DESC",
+            (session_id,),
+        )
+        for role, content, tokens in cur:
+            yield str(role), str(content), int(tokens)
+
+    def insert_chunks(
+        self,
+        session_id: int,
+        first_msg_id: int,
+        last_msg_id: int,
+        texts: Sequence[str],
+        *,
+        created_at: str,
+    ) -> list[int]:
+        ids: list[int] = []
+        for text in texts:
+            cur = self._conn.execute(
+                "INSERT INTO chunks (session_id, first_msg_id, last_msg_id, text, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session_id, first_msg_id, last_msg_id, text, created_at),
+            )
+            ids.append(int(cur.lastrowid or 0))
+        return ids
+
+    def session_chunks(self, session_id: int) -> list[ChunkRow]:
+        rows = self._conn.execute(
+            "SELECT id, first_msg_id, last_msg_id, text, created_at, importance FROM chunks "
+            "WHERE session_id = ? ORDER BY id",
+            (session_id,),
+        ).fetchall()
+        return [
+            ChunkRow(int(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]), float(r[5]))
+            for r in rows
+        ]
+
+    def raise_chunk_importance(self, chunk_ids: Sequence[int], floor: float) -> None:
+        if chunk_ids:
+            marks = ",".join("?" * len(chunk_ids))
+            self._conn.execute(
+                f"UPDATE chunks SET importance = max(importance, ?) WHERE id IN ({marks})",
+                (floor, *chunk_ids),
+            )
 
     # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
 
@@ -135,12 +331,6 @@ class SqliteTranscriptRows:
             )
         ]
 
-    def rolling_summary(self, session_id: int) -> str | None:
-        row = self._conn.execute(
-            "SELECT rolling_summary FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-        return None if row is None else str(row[0] or "")
-
     def set_rolling_summary(self, session_id: int, text: str | None) -> None:
         self._conn.execute(
             "UPDATE sessions SET rolling_summary = ? WHERE id = ?", (text, session_id)
@@ -170,3 +360,9 @@ def _parts(ids: list[int]) -> list[list[int]]:
 
 def _marks(values: list[int]) -> str:
     return ",".join("?" * len(values))
+
+
+if TYPE_CHECKING:  # mypy proves the class implements the interface
+
+    def _implements(conn: sqlite3.Connection) -> TranscriptRows:
+        return SqliteTranscriptRows(conn)

@@ -19,13 +19,11 @@ import elastimem
 from elastimem.clock import TIMESTAMP_PATTERN
 from elastimem.memory import episodic
 from elastimem.text import collapse_whitespace
+from tests.rows import execute, one, rows
 
 
 def messages(mem: elastimem.Elastimem) -> list[tuple[Any, ...]]:
-    with mem._db.read() as conn:
-        return conn.execute(
-            "SELECT session_id, turn, role, content, created_at FROM messages ORDER BY id"
-        ).fetchall()
+    return rows(mem, "SELECT session_id, turn, role, content, created_at FROM messages ORDER BY id")
 
 
 def test_record_turn_opens_a_session_lazily_and_counts(mem: elastimem.Elastimem) -> None:
@@ -59,11 +57,8 @@ def test_a_turn_is_never_dated_before_the_session_it_opened(make_store: Any) -> 
 
     mem = make_store(tokenizer_fn=slow_tokenizer)
     mem.record_turn("the first words of a new session", "hello")
-    with mem._db.read() as conn:
-        started = conn.execute(
-            "SELECT started_at FROM sessions WHERE id = ?", (mem.session_id,)
-        ).fetchone()[0]
-        first = conn.execute("SELECT min(created_at) FROM messages").fetchone()[0]
+    started = mem.sessions()[0]["started_at"]
+    first = one(mem, "SELECT min(created_at) FROM messages")
     assert started <= first
 
 
@@ -77,8 +72,7 @@ def test_chunks_stay_within_the_target_under_a_host_tokenizer(make_store: Any) -
 
     mem = make_store(tokenizer_fn=cjk_tokens, chunk_target_tokens=64)
     mem.record_turn("東京タワーに行きました" * 40 + "abcd" * 300, "はい")  # dense, then sparse
-    with mem._db.read() as conn:
-        texts = [r[0] for r in conn.execute("SELECT text FROM chunks ORDER BY id")]
+    texts = [r[0] for r in rows(mem, "SELECT text FROM chunks ORDER BY id")]
     assert len(texts) > 3 and max(cjk_tokens(t) for t in texts) <= 64
     assert "".join(t.replace("User: ", "").replace("\n", "") for t in texts).count("東京") == 40
 
@@ -98,8 +92,7 @@ def test_long_exchanges_are_chunked_at_the_target(make_store: Any) -> None:
     mem = make_store(chunk_target_tokens=40)
     sentences = " ".join(f"Sentence number {i} talks about topic {i}." for i in range(40))
     mem.record_turn(sentences, "Short answer.")
-    with mem._db.read() as conn:
-        chunks = conn.execute("SELECT text, first_msg_id, last_msg_id FROM chunks").fetchall()
+    chunks = rows(mem, "SELECT text, first_msg_id, last_msg_id FROM chunks")
     assert len(chunks) > 5
     assert all(len(text) // 4 <= 40 for text, _, _ in chunks)
     assert {(first, last) for _, first, last in chunks} == {(1, 2)}
@@ -232,8 +225,7 @@ def test_titles_are_the_collapsed_prefix(text: str) -> None:
 def test_tokenizer_fn_is_used_for_estimates(make_store: Any) -> None:
     mem = make_store(tokenizer_fn=lambda text: len(text.split()))
     mem.record_turn("one two three", "four five")
-    with mem._db.read() as conn:
-        assert [r[0] for r in conn.execute("SELECT token_estimate FROM messages")] == [3, 2]
+    assert [r[0] for r in rows(mem, "SELECT token_estimate FROM messages")] == [3, 2]
 
 
 def test_backdated_sessions_keep_their_times(mem: elastimem.Elastimem) -> None:
@@ -355,8 +347,7 @@ def test_opening_closes_a_dead_process_session(store_path: Path) -> None:
         info = {s["id"]: s for s in mem.sessions()}[child_session]
         assert info["ended_at"] is not None
         assert info["title"] == "child process talking about sailing"
-        with mem._db.read() as conn:
-            kinds = [r[0] for r in conn.execute("SELECT kind FROM events")]
+        kinds = [r[0] for r in rows(mem, "SELECT kind FROM events")]
         assert "orphan_closed" in kinds
 
 
@@ -364,14 +355,14 @@ def test_a_session_with_a_stale_heartbeat_is_an_orphan(store_path: Path) -> None
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         mem.record_turn("hello", "hi")
         sid = mem.session_id
-        mem._session_id = None  # detach first, so our own worker stops heartbeating it
-        with mem._db.atomic() as conn:
-            # Pretend another live process on another host owns it but went silent.
-            conn.execute(
-                "UPDATE sessions SET owner_pid = 1, owner_host = 'elsewhere', "
-                "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
-                (sid,),
-            )
+    # Closed (so no worker of ours heartbeats it), then pretend another live process on
+    # another host owns it but went silent.
+    execute(
+        store_path,
+        "UPDATE sessions SET owner_pid = 1, owner_host = 'elsewhere', "
+        "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
+        (sid,),
+    )
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         assert {s["id"]: s for s in mem.sessions()}[sid]["ended_at"] is not None
 
@@ -382,13 +373,13 @@ def test_a_silent_session_of_this_very_pid_is_an_orphan_too(store_path: Path) ->
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         mem.record_turn("hello from the crashed run", "hi")
         sid = mem.session_id
-        mem._session_id = None  # detach, so our own worker stops heartbeating it
-        with mem._db.atomic() as conn:
-            conn.execute(
-                "UPDATE sessions SET owner_pid = ?, owner_host = ?, "
-                "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
-                (mem._owner.pid, mem._owner.host, sid),
-            )
+    me = episodic.Owner.current()  # closed above, so no worker of ours heartbeats it
+    execute(
+        store_path,
+        "UPDATE sessions SET owner_pid = ?, owner_host = ?, "
+        "heartbeat_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?",
+        (me.pid, me.host, sid),
+    )
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         assert {s["id"]: s for s in mem.sessions()}[sid]["ended_at"] is not None
 
@@ -428,8 +419,7 @@ def test_two_processes_record_into_one_file(store_path: Path) -> None:
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         stats = mem.stats()
         assert stats["messages"] == 240 and stats["sessions"] == 2
-        with mem._db.read() as conn:
-            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert one(mem, "PRAGMA integrity_check") == "ok"
 
 
 def test_close_keeps_the_session_for_the_next_open(store_path: Path) -> None:

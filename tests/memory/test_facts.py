@@ -13,6 +13,7 @@ import pytest
 
 import elastimem
 from elastimem import clock
+from tests.rows import one, rows
 
 
 def test_every_change_is_a_new_version(mem: elastimem.Elastimem) -> None:
@@ -33,9 +34,8 @@ def test_values_never_change_in_place(mem: elastimem.Elastimem) -> None:
     mem.remember("pet", "cat")
     mem.remember("pet", "dog")
     mem.remember("pet", "cat")
-    with mem._db.read() as conn:
-        rows = conn.execute("SELECT id, value FROM facts ORDER BY id").fetchall()
-    assert [r[1] for r in rows] == ["cat", "dog", "cat"]
+    stored = rows(mem, "SELECT id, value FROM facts ORDER BY id")
+    assert [r[1] for r in stored] == ["cat", "dog", "cat"]
 
 
 def test_numbers_are_stored_as_text_and_sources_set_importance(mem: elastimem.Elastimem) -> None:
@@ -195,8 +195,7 @@ def test_rule_capture_in_record_turn(mem: elastimem.Elastimem) -> None:
     assert facts["employer"] == "Initech"
     history = mem.fact_history("name")
     assert len(history) == 1 and history[0].source == "rule"
-    with mem._db.read() as conn:
-        importance = [r[0] for r in conn.execute("SELECT importance FROM chunks ORDER BY id")]
+    importance = [r[0] for r in rows(mem, "SELECT importance FROM chunks ORDER BY id")]
     assert importance[0] >= 0.8 and importance[1] == 0.5 and importance[2] >= 0.8
 
 
@@ -243,13 +242,7 @@ def test_lessons_dedupe_cap_and_order(make_store: Any) -> None:
     assert mem.stats()["lessons"] == 3
     assert mem.lessons(10) == ["Cite sources", "Be brief", "Check the date"]
     assert mem.lessons() == ["Be brief", "Check the date"]  # top 2 by use_count then recency
-    with mem._db.read() as conn:
-        assert (
-            conn.execute("SELECT use_count FROM lessons WHERE text = 'Check the date'").fetchone()[
-                0
-            ]
-            == 2
-        )
+    assert one(mem, "SELECT use_count FROM lessons WHERE text = 'Check the date'") == 2
 
 
 CONCURRENT_WRITER = textwrap.dedent(

@@ -22,8 +22,9 @@ from elastimem.rules import (
     retired_keys,
 )
 from elastimem.text import normalize_key
+from tests.rows import one, rows
 
-LABELLED_SET = Path(__file__).parent / "data" / "rule_capture_labelled.jsonl"
+LABELLED_SET = Path(__file__).parent.parent / "data" / "rule_capture_labelled.jsonl"
 
 # --- the behaviours the spec names ---------------------------------------------------------
 
@@ -831,16 +832,12 @@ def test_rule_capture_precision_and_recall_on_the_labelled_set(
 
 
 def _writes(mem: elastimem.Elastimem) -> int:
-    with mem._db.read() as conn:
-        row = conn.execute(
-            "SELECT value FROM meta WHERE key = 'writes_since_consolidation'"
-        ).fetchone()
-    return int(row[0]) if row else 0
+    value = one(mem, "SELECT value FROM meta WHERE key = 'writes_since_consolidation'")
+    return int(value) if value is not None else 0
 
 
 def _chunk_importance(mem: elastimem.Elastimem) -> list[float]:
-    with mem._db.read() as conn:
-        return [float(r[0]) for r in conn.execute("SELECT importance FROM chunks ORDER BY id")]
+    return [float(r[0]) for r in rows(mem, "SELECT importance FROM chunks ORDER BY id")]
 
 
 def test_a_move_replaces_the_location(mem: elastimem.Elastimem) -> None:
