@@ -16,7 +16,7 @@ import elastimem
 from elastimem.retrieval import rank as retrieval
 from tests.conftest import wait_until
 
-DATA = Path(__file__).parent / "data" / "fact_queries.json"
+DATA = Path(__file__).parent.parent / "data" / "fact_queries.json"
 
 # Words of one meaning share a concept; every other word is ignored. So "allergic" finds
 # "allergies" (FTS5's stemmer keeps them apart: "allerg" and "allergi") and "salary" finds
