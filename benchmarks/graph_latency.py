@@ -14,7 +14,7 @@ timed before (``--queries`` per pass, entities drawn at random, so a query repea
 earlier one's entity only by chance, as in use): ``graph.build_signal`` keeps each node's
 edges and mentions while the graph is unchanged, and repeating queries would time those
 reads as free. The graph is not written during the timing, so that cache fills as queries
-reach nodes, and once ``graph.FULL_READ_FROM_QUERY`` queries have run under one graph stamp
+reach nodes, and once ``graph_walk.FULL_READ_FROM_QUERY`` queries have run under one graph stamp
 every edge is read at once (one query pays 20-40 ms; it shows in the mean, not the p50):
 the steady state between two writes. The row "first query after a graph write" gives every
 query an empty cache instead (and no kept fact ids), which is what a turn's first queries
@@ -32,14 +32,15 @@ caches), so they sum to less than the paired figure.
     python benchmarks/graph_latency.py
     python benchmarks/graph_latency.py --exchanges 20000 --queries 500 --repeat 5
     python benchmarks/graph_latency.py --covering-edge-indexes   # a schema idea, measured
-    git show HEAD:src/elastimem/graph.py > /tmp/graph_before.py
+    git show d2c1d18:src/elastimem/graph/core.py > /tmp/graph_before.py   # before the split
     python benchmarks/graph_latency.py --baseline /tmp/graph_before.py
 
 Runs on a busy machine differ by up to 2x, so compare versions with ``--baseline``: it loads
-another graph.py beside the current one and times off / baseline / current query by query,
-in one process on one store. A baseline whose ``build_signal`` cannot read inside the
-ranking's snapshot (no ``conn`` argument, as before schema v6) is timed as ``recall`` ran it
-then: in a read transaction of its own before the ranking's.
+another single-module graph (imported as ``elastimem.graph._baseline``) beside the current
+one and times off / baseline / current query by query, in one process on one store. A
+baseline whose ``build_signal`` cannot read inside the ranking's snapshot (no ``conn``
+argument, as before schema v6) is timed as ``recall`` ran it then: in a read transaction of
+its own before the ranking's.
 """
 
 from __future__ import annotations
@@ -61,10 +62,13 @@ from pathlib import Path
 from typing import Any
 
 import elastimem
+from elastimem import graph
 from elastimem.clock import format_ts, utcnow
-from elastimem.graph import core as graph
+from elastimem.graph import facts_index as graph_facts
+from elastimem.graph import names as graph_names
+from elastimem.graph import neighbourhoods as graph_walk
+from elastimem.graph import signal as graph_signal
 from elastimem.retrieval.rank import Filters
-from elastimem.storage.sqlite import database as db
 
 EXCHANGES_PER_SESSION = 20
 RELATIONS = ("knows", "works_at", "lives_in", "owns", "uses", "part_of", "likes", "visited")
@@ -91,7 +95,8 @@ def _names(count: int, rng: random.Random) -> list[str]:
             for _ in range(rng.choice((1, 1, 2)))
         ]
         name = " ".join(words)
-        if name.casefold() not in seen and graph._canonicalize(name) not in graph.SELF_NAMES:
+        canonical = graph_names._canonicalize(name)
+        if name.casefold() not in seen and canonical not in graph_names.SELF_NAMES:
             seen.add(name.casefold())
             names.append(name)
     return names
@@ -125,7 +130,7 @@ def build(path: str, args: argparse.Namespace) -> tuple[elastimem.Elastimem, lis
                 "INSERT INTO graph_nodes (type, canonical_name, aliases, created_at, "
                 "updated_at, importance, confidence, mention_count) "
                 "VALUES ('thing', ?, '[]', ?, ?, 0.5, ?, 1)",
-                (graph._canonicalize(name), now, now, rng.choice((0.4, 0.7, 0.7, 0.9))),
+                (graph_names._canonicalize(name), now, now, rng.choice((0.4, 0.7, 0.7, 0.9))),
             )
             node_ids.append(int(cur.lastrowid or 0))
         pairs: set[tuple[int, int, str]] = set()
@@ -188,7 +193,7 @@ def build(path: str, args: argparse.Namespace) -> tuple[elastimem.Elastimem, lis
                 "valid_from) VALUES (?, ?, 'note', 'auto', 0.5, ?, ?)",
                 (f"note_{i}", _sentence(rng, [rng.choice(names)])[:200], now, now),
             )
-        db.bump_meta(conn, "graph.gen")
+        conn.meta.bump("graph.gen")
         if args.covering_edge_indexes:
             # What a migration could add: the walk would read weights from the index pages
             # instead of one table row per edge.
@@ -229,19 +234,19 @@ def _no_signal(database: Any, text: object, hops: int, *, conn: Any = None) -> N
 def fresh_neighbourhoods() -> Iterator[None]:
     """``build_signal`` as right after a graph write: nothing kept from earlier queries (and
     nothing it reads kept for later ones)."""
-    original, original_facts = graph._neighbourhoods_for, graph._live_facts_for
+    original, original_facts = graph_walk._neighbourhoods_for, graph_facts._live_facts_for
 
     def fresh(identity: Any, stamp: str | None, self_id: int) -> Any:
-        return None if stamp is None else graph._Neighbourhoods(stamp, self_id)
+        return None if stamp is None else graph_walk._Neighbourhoods(stamp, self_id)
 
     def fresh_facts(identity: Any, stamp: str) -> Any:
-        return graph._LiveFacts(stamp)
+        return graph_facts._LiveFacts(stamp)
 
-    graph._neighbourhoods_for, graph._live_facts_for = fresh, fresh_facts
+    graph_walk._neighbourhoods_for, graph_facts._live_facts_for = fresh, fresh_facts
     try:
         yield
     finally:
-        graph._neighbourhoods_for, graph._live_facts_for = original, original_facts
+        graph_walk._neighbourhoods_for, graph_facts._live_facts_for = original, original_facts
 
 
 def after_a_write(build_signal: Callable[..., Any]) -> Callable[..., Any]:
@@ -268,12 +273,12 @@ def graph_leg(build_signal: Callable[..., Any]) -> Iterator[None]:
 
 def load_baseline(path: str) -> Callable[..., Any]:
     """``build_signal`` of another graph.py (say, the last commit's), imported beside the
-    current module as ``elastimem._graph_baseline`` with its own caches."""
-    spec = importlib.util.spec_from_file_location("elastimem._graph_baseline", path)
+    current module as ``elastimem.graph._baseline`` with its own caches."""
+    spec = importlib.util.spec_from_file_location("elastimem.graph._baseline", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    module.__package__ = "elastimem"
+    module.__package__ = "elastimem.graph"  # a single-module graph (core.py before the split)
     sys.modules[spec.name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
     build_signal: Callable[..., Any] = module.build_signal
@@ -471,7 +476,7 @@ def measure(
         "facts: fact_candidates": Timings(),
     }
     with mem._db.read() as conn:
-        index = graph._name_index(conn)
+        index = graph_names._name_index(conn)
         facts = conn.execute("SELECT key, value FROM facts WHERE invalidated_at IS NULL").fetchall()
         chunk_ids = [int(r[0]) for r in conn.execute("SELECT id FROM chunks LIMIT 60")]
     for query, text in zip(timed, plain[: len(timed)], strict=True):
@@ -481,12 +486,12 @@ def measure(
         parts["build_signal, query naming none"].time(partial(graph.build_signal, mem._db, text, 2))
         found = graph.build_signal(mem._db, query, 2)  # through what the timing kept
         with mem._db.read() as conn:
-            seeds = index.seeds(graph.word_tokens(query))
+            seeds = index.seeds(graph_names.word_tokens(query))
             parts["  expand (one query)"].time(
-                partial(graph.expand, conn, seeds, 2, self_id=index.self_id)
+                partial(graph_walk.expand, conn, seeds, 2, self_id=index.self_id)
             )
-            stamp = graph._index_version(conn)[1]
-            kept = graph._neighbourhoods_for(index.identity, stamp, index.self_id or -1)
+            stamp = graph_names._index_version(conn)[1]
+            kept = graph_walk._neighbourhoods_for(index.identity, stamp, index.self_id or -1)
             if kept is not None:
                 parts["  walk from kept edges"].time(partial(kept.walk, conn, seeds, 2))
             if found is None:
@@ -515,7 +520,7 @@ class _Answered:
     adds only what ranking the graph's extra candidates costs, the part graph.py cannot
     remove (a memo lookup per call is counted with it)."""
 
-    def __init__(self, signal: graph.Signal) -> None:
+    def __init__(self, signal: graph_signal.Signal) -> None:
         self._signal = signal
         self._answers: dict[tuple[object, ...], Any] = {}
 
@@ -556,7 +561,7 @@ def settle(mem: elastimem.Elastimem, timeout: float = 600.0) -> float:
     return time.perf_counter() - started
 
 
-def _score_all(found: graph.Signal, facts: list[tuple[str, str]]) -> None:
+def _score_all(found: graph_signal.Signal, facts: list[tuple[str, str]]) -> None:
     """What ranking does today: ``fact_score`` on every live fact."""
     for key, value in facts:
         found.fact_score(key, value)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import elastimem
-from elastimem.storage.sqlite import database as db_module
+from elastimem.storage.sqlite import connection as sqlite_connection
 
 ENV_VARS = (
     "ELASTIMEM_DB",
@@ -59,7 +59,7 @@ def isolated_env(
 @pytest.fixture
 def fast_busy_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lock tests need SQLITE_BUSY in well under the production 10 s."""
-    monkeypatch.setattr(db_module, "BUSY_TIMEOUT_MS", 300)
+    monkeypatch.setattr(sqlite_connection, "BUSY_TIMEOUT_MS", 300)
 
 
 # -- host doubles -----------------------------------------------------------------------------

@@ -209,12 +209,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
 
     def previous_sessions() -> None:
         with services.db.read() as conn:
-            rows = conn.execute(
-                "SELECT started_at, summary, title FROM sessions WHERE ended_at IS NOT NULL "
-                "AND id IS NOT ? AND (summary IS NOT NULL OR title IS NOT NULL) "
-                "ORDER BY started_at DESC, id DESC LIMIT ?",
-                (session_id, PREVIOUS_SESSIONS),
-            ).fetchall()
+            rows = conn.transcript.ended_session_summaries(session_id, PREVIOUS_SESSIONS)
         longest = _longest_line(budgets.sessions)
         newest_first = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], longest)}" for r in rows]
         # Fitted newest first, so a tight budget gives up the oldest session rather than
@@ -255,10 +250,7 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
             rolling = "\n".join(items)
         elif current_id is not None:
             with services.db.read() as conn:
-                row = conn.execute(
-                    "SELECT rolling_summary FROM sessions WHERE id = ?", (current_id,)
-                ).fetchone()
-            rolling = (row[0] or "") if row else ""
+                rolling = conn.transcript.rolling_summary(current_id) or ""
 
     guarded("rolling_summary", digest)
     tokens = {name: (est(text) if text else 0) for name, text in sections.items()}

@@ -2,11 +2,10 @@
 
 **Erase** deletes a fact key's whole history, or a session with everything derived from it
 (messages, chunks, vectors, FTS rows, jobs, graph provenance and, on request, the facts learned
-in it), in one transaction. Deleting rows is not enough for privacy: SQLite leaves deleted
-bytes in free pages, in the slack space of live pages, in FTS5 segments (a deleted document's
-tokens stay in its segment until a merge) and in the ``-wal`` file. So erase runs with
-``PRAGMA secure_delete=ON`` (freed cells and pages are zeroed), merges the FTS segments
-(``'optimize'``), rewrites the file (``VACUUM``, see ``_purge``) and truncates the WAL.
+in it), in one transaction. Deleting rows is not enough for privacy: a database keeps deleted
+bytes in free space, index segments and its log, so the erase runs inside the backend's
+``secure_delete()`` and ends with its ``purge_erased()`` (``storage.admin.StoreUpkeep``; on
+SQLite: zeroed freed pages, merged FTS segments, a rewritten file and a truncated WAL).
 
 **Export** writes UTF-8 JSON Lines from one read snapshot: a header, one ``{"table","row"}``
 line per row in foreign-key order (BLOBs as base64), and an ``{"table":"_end","rows":N}``
@@ -27,22 +26,20 @@ import json
 import logging
 import math
 import os
-import sqlite3
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import IO, Any
 
 import numpy as np
 
+from . import graph
 from .clock import now_ts
 from .errors import ConfigError, ImportFormatError, StoreError
-from .graph import core as graph
 from .index.keyword import ERASE_GEN_KEY
-from .memory import fact_vectors
-from .memory.episodic import close_session
+from .memory import episodic, fact_vectors
 from .runtime.background import Services
+from .storage.admin import upkeep
 from .storage.sqlite import database as db
 from .storage.sqlite import files, migrations
 from .storage.tx import Tx
@@ -73,8 +70,6 @@ EXPORT_TABLES = (
 )
 # The rest of meta is local state (counters, FTS and embedder bookkeeping) rebuilt on import.
 EXPORTED_META_KEYS = ("created_at", "created_by", "user_id")
-_ORDER_BY = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
-FTS_TABLES = ("chunks_fts", "facts_fts")
 # float32 rounding of a unit vector's length stays far inside this.
 UNIT_NORM_TOLERANCE = 1e-3
 # What erase reports, in this order.
@@ -93,10 +88,6 @@ ERASE_COUNT_KEYS = (
 )
 # Progress callbacks fire every this many imported rows (and once at the end).
 PROGRESS_EVERY = 500
-# A TRUNCATE checkpoint waits busy_timeout for other processes' readers; retry a few times
-# before warning that the -wal may still hold erased bytes.
-CHECKPOINT_ATTEMPTS = 3
-CHECKPOINT_RETRY_SECONDS = 0.2
 # Non-seekable import streams (stdin) are spooled to disk beyond this size.
 SPOOL_BYTES = 16 * 1024 * 1024
 
@@ -112,227 +103,84 @@ def erase(
     """Erase a fact key (already normalised) or a session, and purge the bytes (§5.16)."""
     database = services.db
     counts = dict.fromkeys(ERASE_COUNT_KEYS, 0)
-    fts_touched: set[str] = set()
-    # Hold the write lock across the whole sequence so the pragma window, the erase, the FTS
-    # merge and the file rewrite are not interleaved with other writes of this process.
-    with database.lock, _secure_delete(database):
-        with database.atomic() as conn:
+    touched: set[str] = set()
+    cleaner = upkeep(database)
+    # Hold the write lock across the whole sequence so the secure-delete window, the erase,
+    # the keyword index merge and the file rewrite are not interleaved with other writes of
+    # this process.
+    with database.lock, cleaner.secure_delete():
+        with database.atomic() as tx:
             if key is not None:
-                _erase_keys(conn, [key], counts)
+                _erase_keys(tx, [key], counts)
             elif session_id is not None:
-                _erase_session(conn, session_id, include_facts, counts)
+                _erase_session(tx, session_id, include_facts, counts)
             if counts["facts"]:
-                fts_touched.add("facts_fts")
+                touched.add("facts")
             if counts["chunks"]:
-                fts_touched.add("chunks_fts")
+                touched.add("chunks")
             if any(counts.values()):
-                conn.meta.bump("writes_since_consolidation")
+                tx.meta.bump("writes_since_consolidation")
             if counts["chunks"] or counts["facts"]:
                 # Cached keyword postings must reload: see KeywordIndex._read_state.
-                conn.meta.bump(ERASE_GEN_KEY)
-            conn.meta.log_event("erase", **counts)
+                tx.meta.bump(ERASE_GEN_KEY)
+            tx.meta.log_event("erase", **counts)
         if any(counts.values()):
-            _purge(database, fts_touched)
+            cleaner.purge_erased(touched)
     if any(counts.values()):
         # Cached query vectors are keyed by the query text, which may quote what was erased.
         services.embedding.query_cache.clear()
     return counts
 
 
-@contextmanager
-def _secure_delete(database: db.Database) -> Iterator[None]:
-    """``secure_delete`` on the writer connection for the duration (outside transactions).
-
-    The pragma cannot change inside a transaction, so it is set on the writer connection
-    itself, under the write lock the caller holds.
-    """
-    writer = _writer(database)
-    try:
-        writer.execute("PRAGMA secure_delete = ON")
-    except sqlite3.Error as exc:
-        raise db.translate_error(exc, database.path, "erase from") from exc
-    try:
-        yield
-    finally:
-        try:
-            writer.execute("PRAGMA secure_delete = OFF")
-        except sqlite3.Error as exc:  # a closed or broken connection: nothing to restore
-            logger.debug("could not reset secure_delete: %s", exc)
-
-
-def _writer(database: db.Database) -> sqlite3.Connection:
-    # The writer connection outside atomic(): needed for pragmas and statements that cannot
-    # run inside a transaction (secure_delete, VACUUM, wal_checkpoint). Callers hold the lock.
-    return database.writer_connection()
-
-
-def _erase_keys(conn: Tx, keys: list[str], counts: dict[str, int]) -> None:
+def _erase_keys(tx: Tx, keys: list[str], counts: dict[str, int]) -> None:
     """Every version of each key, its merge reviews and its quarantine rows."""
     wanted = {k for k in keys if k}
     if not wanted:
         return
     quarantined = [
-        int(row[0])
-        for row in conn.execute("SELECT id, key FROM quarantine WHERE key IS NOT NULL")
-        if row[1] in wanted or normalize_key(str(row[1])) in wanted
+        quarantine_id
+        for quarantine_id, name in tx.admin.quarantined_keys()
+        if name in wanted or normalize_key(name) in wanted
     ]
-    for quarantine_id in quarantined:
-        conn.execute("DELETE FROM quarantine WHERE id = ?", (quarantine_id,))
+    tx.admin.delete_quarantine(quarantined)
     counts["quarantine"] += len(quarantined)
     for key in sorted(wanted):
-        ids = [int(r[0]) for r in conn.execute("SELECT id FROM facts WHERE key = ?", (key,))]
-        if not ids:
+        versions, vectors = tx.admin.erase_fact_key(key)
+        if not versions:
             continue
-        marks = ",".join("?" * len(ids))
-        counts["vectors"] += _count_in(conn, "fact_vectors", "fact_id", ids)  # cascade below
-        conn.execute(
-            f"DELETE FROM fact_reviews WHERE old_fact_id IN ({marks}) "
-            f"OR new_fact_id IN ({marks}) OR result_fact_id IN ({marks})",
-            (*ids, *ids, *ids),
-        )
-        counts["facts"] += conn.execute("DELETE FROM facts WHERE key = ?", (key,)).rowcount
+        counts["vectors"] += vectors
+        counts["facts"] += versions
         counts["fact_keys"] += 1
 
 
-def _erase_session(conn: Tx, session_id: int, include_facts: bool, counts: dict[str, int]) -> None:
-    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+def _erase_session(tx: Tx, session_id: int, include_facts: bool, counts: dict[str, int]) -> None:
+    if not episodic.exists(tx, session_id):
         return
-    close_session(conn, session_id)  # a no-op for an ended session
+    episodic.close_session(tx, session_id)  # a no-op for an ended session
     if include_facts:
-        keys = [
-            str(r[0])
-            for r in conn.execute(
-                "SELECT DISTINCT key FROM facts WHERE origin_session_id = ?", (session_id,)
-            )
-        ]
-        _erase_keys(conn, keys, counts)
-
-    in_chunks = "(SELECT id FROM chunks WHERE session_id = :s)"
-    params = {"s": session_id}
-    counts["messages"] = _count(conn, "SELECT count(*) FROM messages WHERE session_id = :s", params)
-    counts["chunks"] = _count(conn, "SELECT count(*) FROM chunks WHERE session_id = :s", params)
-    counts["vectors"] += _count(
-        conn, "SELECT count(*) FROM chunks WHERE session_id = :s AND embedding IS NOT NULL", params
-    )
+        _erase_keys(tx, tx.admin.keys_learned_in(session_id), counts)
+    counts["messages"], counts["chunks"], vectors = tx.admin.session_sizes(session_id)
+    counts["vectors"] += vectors
     # Nodes known only from this session's chunks (every one of their mentions is here).
-    noted = [
-        int(r[0])
-        for r in conn.execute(
-            "SELECT m.node_id FROM graph_mentions m JOIN graph_nodes n ON n.id = m.node_id "
-            "WHERE n.type <> 'self' GROUP BY m.node_id "
-            f"HAVING sum(m.chunk_id IN {in_chunks}) = count(*)",
-            params,
-        )
-    ]
-    counts["graph_edges"] = conn.execute(
-        f"DELETE FROM graph_edges WHERE source_chunk_id IN {in_chunks}", params
-    ).rowcount
-    counts["graph_mentions"] = conn.execute(
-        f"DELETE FROM graph_mentions WHERE chunk_id IN {in_chunks}", params
-    ).rowcount
+    noted = tx.admin.nodes_only_in_session(session_id)
+    edges, mentions = tx.admin.unlink_session_from_graph(session_id)
+    counts["graph_edges"], counts["graph_mentions"] = edges, mentions
     for node_id in noted:
-        row = conn.execute(
-            "SELECT type, canonical_name FROM graph_nodes WHERE id = ? AND NOT EXISTS "
-            "(SELECT 1 FROM graph_edges WHERE source_node = ? OR target_node = ?)",
-            (node_id, node_id, node_id),
-        ).fetchone()
-        if row is None:
+        named = tx.admin.unlinked_node(node_id)
+        if named is None:
             continue  # still linked by an edge from another session: it stays
-        graph.delete_nodes(conn, [node_id])
+        graph.delete_nodes(tx, [node_id])
         # A merge verdict about a node that no longer exists would keep its name.
-        conn.execute(
-            "DELETE FROM graph_merge_reviews WHERE (type_a = ? AND name_a = ?) "
-            "OR (type_b = ? AND name_b = ?)",
-            (row[0], row[1], row[0], row[1]),
-        )
+        tx.admin.delete_merge_reviews_naming(*named)
         counts["graph_nodes"] += 1
     if counts["graph_edges"] or counts["graph_mentions"] or counts["graph_nodes"]:
-        conn.meta.bump("graph.gen")
-    counts["jobs"] = conn.execute("DELETE FROM jobs WHERE session_id = :s", params).rowcount
-    # The cascade removes messages and chunks; the chunk triggers remove their FTS rows.
-    counts["sessions"] = conn.execute("DELETE FROM sessions WHERE id = :s", params).rowcount
+        tx.meta.bump("graph.gen")
+    # Its messages and chunks (and their keyword rows) go with it.
+    counts["sessions"], counts["jobs"] = tx.admin.delete_session(session_id)
     # The in-memory matrices drop their rows on the next query; the HNSW snapshot may hold
     # these vectors, so it goes too (it is a cache, rebuilt later).
-    conn.meta.bump("vectors.gen")
-    conn.execute("DELETE FROM ann_index")
-
-
-def _count(conn: Tx, sql: str, params: dict[str, Any]) -> int:
-    return int(conn.execute(sql, params).fetchone()[0])
-
-
-def _count_in(conn: Tx, table: str, column: str, ids: list[int]) -> int:
-    marks = ",".join("?" * len(ids))
-    return int(
-        conn.execute(f"SELECT count(*) FROM {table} WHERE {column} IN ({marks})", ids).fetchone()[0]
-    )
-
-
-def _purge(database: db.Database, fts_touched: set[str]) -> None:
-    """Remove the erased bytes from the FTS segments, the file's free space and the WAL.
-
-    secure_delete zeroes only what is deleted while it is on. Measured on SQLite 3.40 with a
-    host embedder and a busy workload (long turns, vectors written by the worker while more
-    turns arrived): in about one erase in ten, secure_delete + FTS 'optimize' + a TRUNCATE
-    checkpoint still left an older copy of an erased chunk row in the unused space of a live
-    ``chunks`` page, written there by page rewrites long before the erase. Only rewriting
-    every page removes such copies, so erase ends with ``VACUUM`` (see
-    ``test_erase_leaves_no_copy_after_a_busy_workload``). Its cost is proportional to the
-    file size, and it needs free disk space about the size of the store for its temporary
-    copy. The FTS merge comes first because VACUUM copies FTS segments as they are, deleted
-    documents' tokens included.
-    """
-    if database.is_memory:
-        return
-    writer = _writer(database)
-    if database.fts_enabled:
-        for table in FTS_TABLES:
-            if table in fts_touched:
-                with database.atomic() as conn:
-                    conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
-    else:
-        _clear_stale_fts(database)
-    try:
-        writer.execute("VACUUM")
-    except sqlite3.Error as exc:
-        logger.warning(
-            "erase removed the rows, but %s could not be rewritten (%s); erased text may stay "
-            "in the file's free space until a later erase or VACUUM succeeds",
-            database.path, exc,
-        )  # fmt: skip
-    for attempt in range(CHECKPOINT_ATTEMPTS):
-        try:
-            busy = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        except sqlite3.Error as exc:
-            busy = (1, str(exc))
-        if not busy or not busy[0]:
-            return
-        if attempt + 1 < CHECKPOINT_ATTEMPTS:
-            time.sleep(CHECKPOINT_RETRY_SECONDS)
-    logger.warning(
-        "erase could not truncate %s-wal because another process is reading the store; the "
-        "erased text leaves the -wal at the next checkpoint",
-        database.path,
-    )
-
-
-def _clear_stale_fts(database: db.Database) -> None:
-    """With FTS off, the kept FTS tables are stale copies of old rows: empty their storage.
-
-    They cannot be maintained without the FTS5 module, and the next open that has FTS5
-    drops, recreates and rebuilds them from ``chunks`` and ``facts`` (``fts.state`` is not
-    ``on``). So the index segments and term pages are deleted from the plain shadow tables;
-    only the averages (rowid 1) and structure (rowid 10) records stay, holding no text,
-    because FTS5 reads them to connect to (and so to drop) the table.
-    """
-    with database.atomic() as conn:
-        names = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master")}
-        for table in FTS_TABLES:
-            if f"{table}_data" in names:
-                conn.execute(f'DELETE FROM "{table}_data" WHERE id NOT IN (1, 10)')
-            for suffix in ("_idx", "_docsize"):
-                if table + suffix in names:
-                    conn.execute(f'DELETE FROM "{table}{suffix}"')
+    tx.meta.bump("vectors.gen")
+    tx.admin.drop_ann_snapshot()
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -429,10 +277,6 @@ def _export_to(services: Services, sink: _ByteSink, version: str) -> dict[str, i
     counts: dict[str, int] = {}
     try:
         with services.db.read() as conn:
-            label_row = conn.execute(
-                "SELECT embedding_model FROM chunks WHERE embedding IS NOT NULL "
-                "GROUP BY embedding_model ORDER BY count(*) DESC, embedding_model LIMIT 1"
-            ).fetchone()
             header = {
                 "format": EXPORT_FORMAT,
                 "format_version": FORMAT_VERSION,
@@ -441,25 +285,17 @@ def _export_to(services: Services, sink: _ByteSink, version: str) -> dict[str, i
                 "library_version": version,
                 # The label of the vectors in this file (the most common one), so the
                 # importing side knows which embedder they belong to; None without vectors.
-                "embedding_model": label_row[0] if label_row else None,
+                "embedding_model": conn.admin.main_vector_label(),
             }
             sink.write(_dumps(header))
             total = 0
             for table in EXPORT_TABLES:
-                columns = _columns(conn, table)
-                blobs = _blob_columns(conn, table)
-                where = ""
-                params: tuple[str, ...] = ()
-                if table == "meta":
-                    where = f" WHERE key IN ({','.join('?' * len(EXPORTED_META_KEYS))})"
-                    params = EXPORTED_META_KEYS
-                order = _ORDER_BY.get(table, "id")
-                quoted = ", ".join(f'"{c}"' for c in columns)
-                cursor = conn.execute(
-                    f'SELECT {quoted} FROM "{table}"{where} ORDER BY {order}', params
-                )
+                described = conn.admin.columns(table)
+                columns = [name for name, _ in described]
+                blobs = {name for name, is_bytes in described if is_bytes}
+                keys = EXPORTED_META_KEYS if table == "meta" else None
                 n = 0
-                for values in cursor:
+                for values in conn.admin.export_rows(table, columns, keys):
                     row = {
                         c: (_b64(v) if c in blobs and v is not None else v)
                         for c, v in zip(columns, values, strict=True)
@@ -481,17 +317,6 @@ def _dumps(obj: Any) -> str:
 
 def _b64(value: Any) -> str:
     return base64.b64encode(bytes(value)).decode("ascii")
-
-
-def _columns(conn: Tx, table: str) -> list[str]:
-    return [str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')]
-
-
-def _blob_columns(conn: Tx, table: str) -> frozenset[str]:
-    return frozenset(
-        str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')
-        if str(r[2]).upper() == "BLOB"
-    )  # fmt: skip
 
 
 # -- import ------------------------------------------------------------------------------------
@@ -567,8 +392,11 @@ class _Importer:
 
     def __init__(self, conn: Tx) -> None:
         self.conn = conn
-        self.columns = {t: frozenset(_columns(conn, t)) for t in EXPORT_TABLES}
-        self.blobs = {t: _blob_columns(conn, t) for t in EXPORT_TABLES}
+        described = {t: conn.admin.columns(t) for t in EXPORT_TABLES}
+        self.columns = {t: frozenset(name for name, _ in c) for t, c in described.items()}
+        self.blobs = {
+            t: frozenset(n for n, is_bytes in c if is_bytes) for t, c in described.items()
+        }
         self.counts = dict.fromkeys(EXPORT_TABLES, 0)
         self.meta: dict[str, str] = {}
         self.rows = 0
@@ -613,14 +441,9 @@ class _Importer:
         if table == "meta":
             self._meta(line_no, dict(zip(names, values, strict=True)))
         else:
-            quoted = ", ".join(f'"{n}"' for n in names)
-            try:
-                self.conn.execute(
-                    f'INSERT INTO "{table}" ({quoted}) VALUES ({",".join("?" * len(values))})',
-                    values,
-                )
-            except sqlite3.IntegrityError as exc:
-                raise _bad(line_no, f"cannot be stored in {table} ({exc})") from exc
+            refused = self.conn.admin.insert_row(table, names, values)
+            if refused is not None:
+                raise _bad(line_no, f"cannot be stored in {table} ({refused})")
             if table in ("chunks", "fact_vectors"):
                 self._check_vector(line_no, table, row, values[names.index("embedding")]
                                    if "embedding" in names else None)  # fmt: skip
@@ -722,15 +545,8 @@ def _import_lines(
     database = services.db
     with database.atomic() as conn:
         _require_empty(conn)
-        conn.execute("PRAGMA defer_foreign_keys = ON")
         # The exported self node replaces ours (keeping its id); derived caches go too.
-        conn.execute(
-            "DELETE FROM graph_nodes WHERE type = 'self' AND canonical_name = ?",
-            (migrations.SELF_NODE_NAME,),
-        )
-        conn.execute("DELETE FROM graph_merge_reviews")
-        conn.execute("DELETE FROM jobs")
-        conn.execute("DELETE FROM ann_index")
+        conn.admin.prepare_import()
         importer = _Importer(conn)
         lines = _lines(handle)
         ended = False
@@ -766,37 +582,27 @@ def _import_lines(
 
 
 def _require_empty(conn: Tx) -> None:
-    for table, where in (
-        ("sessions", ""),
-        ("facts", ""),
-        ("lessons", ""),
-        ("quarantine", ""),
-        ("graph_nodes", " WHERE type <> 'self'"),
-    ):
-        if conn.execute(f"SELECT 1 FROM {table}{where} LIMIT 1").fetchone():
-            raise ImportFormatError(
-                f"the target store already holds {table.replace('_', ' ')}; import into a new, "
-                "empty store file"
-            )
-    if conn.execute("SELECT 1 FROM jobs WHERE state = 'running' LIMIT 1").fetchone():
+    table = conn.admin.occupied_table()
+    if table is not None:
+        raise ImportFormatError(
+            f"the target store already holds {table.replace('_', ' ')}; import into a new, "
+            "empty store file"
+        )
+    if conn.admin.has_running_job():
         raise ImportFormatError(
             "the target store is still running a background job; wait for it (drain) and retry"
         )
 
 
 def _finish_import(conn: Tx, database: db.Database, importer: _Importer) -> None:
-    broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+    broken = conn.admin.broken_reference()
     if broken is not None:
-        table, rowid, parent = broken[0], broken[1], broken[2]
+        table, rowid, parent = broken
         raise ImportFormatError(
             f"the export's {table} row {rowid} refers to a missing {parent} row; the file is "
             "incomplete or was edited"
         )
-    if not conn.execute(
-        "SELECT 1 FROM graph_nodes WHERE type = 'self' AND canonical_name = ?",
-        (migrations.SELF_NODE_NAME,),
-    ).fetchone():
-        migrations.ensure_self_node(conn)
+    conn.admin.ensure_self_node()
     for key in ("created_at", "created_by"):
         if key in importer.meta:
             conn.meta.set(key, importer.meta[key])
@@ -810,8 +616,7 @@ def _finish_import(conn: Tx, database: db.Database, importer: _Importer) -> None
             )
         conn.meta.set("user_id", imported_user)
     if database.fts_enabled:
-        for table in FTS_TABLES:
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+        conn.admin.rebuild_keyword_tables()
     if importer.max_embed_seq > conn.meta.get_int("vectors.seq"):
         conn.meta.set("vectors.seq", importer.max_embed_seq)
     _record_vector_dims(conn)
@@ -826,12 +631,7 @@ def _record_vector_dims(conn: Tx) -> None:
     export leaves out) as the one most of its vectors have, as its first embedding would
     have: ``stats()`` counts embedded chunks against it, and a query vector of another
     size is refused."""
-    for label, dim in conn.execute(
-        "SELECT embedding_model, embedding_dim FROM (SELECT embedding_model, embedding_dim "
-        "FROM chunks UNION ALL SELECT embedding_model, embedding_dim FROM fact_vectors) "
-        "WHERE embedding_model IS NOT NULL AND embedding_dim IS NOT NULL "
-        "GROUP BY embedding_model, embedding_dim ORDER BY count(*) DESC, embedding_dim"
-    ).fetchall():
+    for label, dim in conn.admin.vector_dims():
         key = f"embedder.{label}.dim"
         if conn.meta.get(key) is None:
             conn.meta.set(key, int(dim))

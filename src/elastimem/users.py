@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 from .storage.sqlite import files
 from .storage.sqlite.database import refuse_database_url
+from .storage.sqlite.upkeep import peek_meta
 
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ROOT_MODE = files.FOLDER_MODE
@@ -67,22 +67,10 @@ def _root(root_dir: object) -> Path:
 
 
 def _recorded_user(path: Path) -> str | None:
-    """``meta.user_id`` of an existing store, read without writing anything.
-
-    ``immutable=1`` reads only the main file (no locks, no ``-wal``/``-shm`` created). A value
-    still in another process's WAL is missed here and caught by the check after opening.
-    """
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
-    except (sqlite3.Error, ValueError):
-        return None
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'user_id'").fetchone()
-    except sqlite3.Error:
-        return None  # not a store yet, or unreadable: the normal open decides
-    finally:
-        conn.close()
-    return str(row[0]) if row else None
+    """``meta.user_id`` of an existing store, read without writing anything (no locks, no
+    ``-wal``/``-shm`` created). A value still in another process's WAL is missed here and
+    caught by the check after opening; a file that is not a store yet gives None."""
+    return peek_meta(path, "user_id")
 
 
 def _mismatch(path: Path, recorded: str, user_id: str) -> ConfigError:

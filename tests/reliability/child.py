@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from doubles import HostLLM, VecEmbedder
+from helpers import raw_connect
 
 import elastimem
 
@@ -178,7 +179,8 @@ def writer(path: str, index: int, turns: int) -> None:
             except Exception as exc:
                 exceptions.append(f"remember: {type(exc).__name__}: {exc}")
     session_id = mem.session_id
-    with mem._db.read() as conn:
+    conn = raw_connect(path)  # a connection of the child's own, as another tool would open it
+    try:
         ended = conn.execute("SELECT ended_at FROM sessions WHERE id = ?", (session_id,)).fetchone()
         my_sessions = [
             r[0]
@@ -187,6 +189,8 @@ def writer(path: str, index: int, turns: int) -> None:
                 (f"w{index}t%",),
             )
         ]
+    finally:
+        conn.close()
     stop.set()
     reader.join(30)
     drained = mem.drain(60)
@@ -392,7 +396,9 @@ def window(path: str) -> None:
     def die(*args: Any, **kwargs: Any) -> None:
         os._exit(3)
 
-    mem._store_rule_captures = die  # type: ignore[method-assign]
+    from elastimem.runtime.session import SessionState
+
+    SessionState._store_rule_captures = die  # type: ignore[method-assign]
     emit("READY")
     mem.record_turn("My name is Ada and my friend Bruno lives in Lisbon", "Nice to meet you")
     os._exit(4)  # not reached when the rule capture runs

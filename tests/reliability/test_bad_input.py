@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem import ClosedError, ConfigError, ImportFormatError
+from tests.rows import connect, one, rows
 
 from .doubles import HostLLM, VecEmbedder
 from .helpers import (
@@ -122,16 +125,12 @@ def test_record_turn_never_raises_and_stores_text_verbatim(
     @example(user="x" * 5000, assistant="", at="not a time")
     def run(user: object, assistant: object, at: object) -> None:
         runs["examples"] += 1
-        with mem._db.read() as conn:
-            before = int(conn.execute("SELECT max(id) FROM messages").fetchone()[0] or 0)
+        before = int(one(mem, "SELECT max(id) FROM messages") or 0)
         assert mem.record_turn(user, assistant, at=at) is None
         want = [t for t in (expected_text(user), expected_text(assistant)) if t]
-        with mem._db.read() as conn:
-            rows = conn.execute(
-                "SELECT content FROM messages WHERE id > ? ORDER BY id", (before,)
-            ).fetchall()
-        assert [r[0] for r in rows] == want
-        if rows:
+        stored = rows(mem, "SELECT content FROM messages WHERE id > ? ORDER BY id", (before,))
+        assert [r[0] for r in stored] == want
+        if stored:
             runs["stored"] += 1
 
     run()
@@ -220,21 +219,20 @@ SOURCES = ["explicit", "auto", "rule", "import"]
 
 
 def _fact_rows(mem: elastimem.Elastimem) -> tuple[int, int]:
-    with mem._db.read() as conn:
-        facts = int(conn.execute("SELECT count(*) FROM facts").fetchone()[0])
-        quarantined = int(conn.execute("SELECT count(*) FROM quarantine").fetchone()[0])
+    facts = int(one(mem, "SELECT count(*) FROM facts"))
+    quarantined = int(one(mem, "SELECT count(*) FROM quarantine"))
     return facts, quarantined
 
 
 def _live_value(mem: elastimem.Elastimem, key: str) -> str | None:
     from elastimem.text import normalize_key
 
-    with mem._db.read() as conn:
-        row = conn.execute(
-            "SELECT value FROM facts WHERE key = ? AND invalidated_at IS NULL",
-            (normalize_key(key),),
-        ).fetchone()
-    return None if row is None else str(row[0])
+    value = one(
+        mem,
+        "SELECT value FROM facts WHERE key = ? AND invalidated_at IS NULL",
+        (normalize_key(key),),
+    )
+    return None if value is None else str(value)
 
 
 def test_remember_stores_verbatim_or_raises_config_error(
@@ -354,8 +352,7 @@ def test_lessons_evictions_and_clusters_never_misbehave(
     )
     def run(lesson: object, tag: object, evicted: object, not_iterable: object) -> None:
         runs["examples"] += 1
-        with mem._db.read() as conn:
-            current = {r[0] for r in conn.execute("SELECT text FROM lessons WHERE archived = 0")}
+        current = {r[0] for r in rows(mem, "SELECT text FROM lessons WHERE archived = 0")}
         try:
             added = mem.add_lesson(lesson, tag)  # type: ignore[arg-type]
         except ConfigError:
@@ -364,8 +361,7 @@ def test_lessons_evictions_and_clusters_never_misbehave(
             assert isinstance(lesson, str) and isinstance(added, bool)
             text = expected_text(lesson).strip()
             if added:
-                with mem._db.read() as conn:
-                    texts_ = {r[0] for r in conn.execute("SELECT text FROM lessons")}
+                texts_ = {r[0] for r in rows(mem, "SELECT text FROM lessons")}
                 assert text in texts_
             elif text:
                 # Not added: already a current lesson, or refused by the guards (quarantined).
@@ -417,8 +413,7 @@ def test_ten_megabyte_strings(
         return value
 
     timed("record_turn", lambda: mem.record_turn(big, big))
-    with mem._db.read() as conn:
-        stored = [r[0] for r in conn.execute("SELECT content FROM messages ORDER BY id")]
+    stored = [r[0] for r in rows(mem, "SELECT content FROM messages ORDER BY id")]
     assert stored == [expected_text(big), expected_text(big)]
     assert timed("remember", lambda: mem.remember("big", big)) == (
         False,
@@ -468,16 +463,12 @@ def test_malformed_llm_replies_never_break_extraction(
         holder["reply"] = reply
         mem.record_turn("my sister Clara moved to Zürich last spring", "how exciting")
         assert mem.drain(30), "an extraction job did not finish"
-        with mem._db.read() as conn:
-            failed = conn.execute(
-                "SELECT last_error FROM jobs WHERE state = 'failed' OR attempts > 0"
-            ).fetchall()
+        failed = rows(mem, "SELECT last_error FROM jobs WHERE state = 'failed' OR attempts > 0")
         assert failed == [], failed
 
     run()
-    with mem._db.read() as conn:
-        facts = int(conn.execute("SELECT count(*) FROM facts").fetchone()[0])
-        quarantined = int(conn.execute("SELECT count(*) FROM quarantine").fetchone()[0])
+    facts = int(one(mem, "SELECT count(*) FROM facts"))
+    quarantined = int(one(mem, "SELECT count(*) FROM quarantine"))
     figure(
         "malformed LLM reply examples",
         runs["examples"],
@@ -607,15 +598,18 @@ def _import_outcome(export_lines: list[bytes], blob: bytes) -> str:
 
 
 def test_import_of_mutated_exports_is_all_or_nothing(
-    export_lines: list[bytes], elastimem_logs: Any, figure: Any
+    export_lines: list[bytes], elastimem_logs: Any, figure: Any, tmp_path: Path
 ) -> None:
     runs = {"examples": 0, "imported": 0, "refused": 0}
     target: list[elastimem.Elastimem] = []
+    made = itertools.count()
 
     def fresh() -> elastimem.Elastimem:
+        # A file store, so the test can read its rows on its own connection (tests/rows.py).
         if target:
             target.pop().close()
-        mem = elastimem.Elastimem(":memory:", disable_builtin_embedder=True)
+        path = tmp_path / f"import-{next(made)}.db"
+        mem = elastimem.Elastimem(str(path), disable_builtin_embedder=True)
         target.append(mem)
         return mem
 
@@ -631,16 +625,15 @@ def test_import_of_mutated_exports_is_all_or_nothing(
             counts = mem.import_(io.BytesIO(blob))
         except ImportFormatError:
             runs["refused"] += 1
-            with mem._db.read() as conn:
-                left = [
-                    int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0])
-                    for t in ("sessions", "messages", "chunks", "facts", "lessons", "quarantine")
-                ]
+            left = [
+                int(one(mem, f"SELECT count(*) FROM {t}"))
+                for t in ("sessions", "messages", "chunks", "facts", "lessons", "quarantine")
+            ]
             assert left == [0] * 6, "a refused import left rows behind"
             return
         runs["imported"] += 1
         assert isinstance(counts, dict)
-        with mem._db.read() as conn:
+        with connect(mem) as conn:
             assert [r[0] for r in conn.execute("PRAGMA integrity_check")] == ["ok"]
             assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
             assert duplicate_live_keys(conn) == []

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -25,6 +26,8 @@ import pytest
 
 import elastimem
 from elastimem import StoreError, StoreLockedError
+from elastimem.storage.sqlite.connection import path_lock
+from tests.rows import rows
 
 from .doubles import HangingCallable, HostLLM, VecEmbedder
 from .helpers import (
@@ -75,18 +78,47 @@ def _digest(path: Path) -> dict[str, str]:
 # -- disk full ----------------------------------------------------------------------------------
 
 
+def _writer_made_by(open_store: Callable[[], elastimem.Elastimem], monkeypatch: Any) -> Any:
+    """Open a store and return it with its writer connection: the one connection the open
+    made to the store's file that may write (readers are ``query_only``). SQLite's
+    ``max_page_count`` holds per connection, so a full disk is simulated on the writer."""
+    made: list[sqlite3.Connection] = []
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)
+        made.append(conn)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    try:
+        mem = open_store()
+    finally:
+        monkeypatch.setattr(sqlite3, "connect", real_connect)
+    writers = []
+    for conn in made:
+        try:
+            files = {row[2] for row in conn.execute("PRAGMA database_list")}
+            if mem.path in files and conn.execute("PRAGMA query_only").fetchone()[0] == 0:
+                writers.append(conn)
+        except sqlite3.ProgrammingError:  # closed during the open
+            continue
+    assert len(writers) == 1, writers
+    return mem, writers[0]
+
+
 def test_disk_full_via_max_page_count(
     make_store: Callable[..., elastimem.Elastimem],
     store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     elastimem_logs: Any,
     figure: Any,
 ) -> None:
-    mem = make_store()
+    mem, writer = _writer_made_by(make_store, monkeypatch)
     _fill(mem)
     mem.drain(10)
     committed = _snapshot(store_path)
-    writer = mem._db._writer
-    with mem._db.lock:
+    with path_lock(mem.path):  # the store's write lock: no write of its own runs meanwhile
         pages = int(writer.execute("PRAGMA page_count").fetchone()[0])
         writer.execute(f"PRAGMA max_page_count = {pages}")
 
@@ -250,16 +282,13 @@ def test_corrupt_file_is_set_aside_and_a_fresh_store_works(
         _fill(mem)
     page_size = 4096
     # The header past its 16-byte magic: a file without the magic is not an SQLite file at
-    # all, and is refused untouched instead (tests/test_storage.py).
+    # all, and is refused untouched instead (tests/storage/test_storage.py).
     offset, length = (16, 84) if where == "header" else (100, page_size - 100)
     damaged = _corrupt(store_path, offset, length)
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as mem:
         mem.record_turn("a fresh start with sourdough", "good luck")
         assert mem.recall("sourdough")
-        with mem._db.read() as conn:
-            events = conn.execute(
-                "SELECT detail FROM events WHERE kind = 'recovered_from_corruption'"
-            ).fetchall()
+        events = rows(mem, "SELECT detail FROM events WHERE kind = 'recovered_from_corruption'")
     aside = [p for p in store_path.parent.iterdir() if ".corrupt-" in p.name]
     main = [p for p in aside if not p.name.endswith(("-wal", "-shm"))]
     assert len(main) == 1 and main[0].read_bytes() == damaged
@@ -524,9 +553,9 @@ def test_memory_store_opens_without_a_wal_warning(
     monkeypatch: pytest.MonkeyPatch, elastimem_logs: Any, figure: Any
 ) -> None:
     """``:memory:`` has no journal file to put in WAL mode; that is not a refusing filesystem."""
-    from elastimem.storage.sqlite import database as db
+    from elastimem.storage.sqlite import connection
 
-    monkeypatch.setattr(db, "_wal_warned", False)  # the warning is once per process
+    monkeypatch.setattr(connection, "_wal_warned", False)  # the warning is once per process
     with elastimem.Elastimem(":memory:", disable_builtin_embedder=True) as mem:
         mem.record_turn("hello", "hi")
     warnings = [line for line in elastimem_logs.lines if "WAL" in line]

@@ -21,6 +21,7 @@ import pytest
 
 import elastimem
 from elastimem import ConfigError
+from tests.rows import one, rows
 
 from .doubles import HostLLM, VecEmbedder
 from .helpers import fts_consistent, integrity, raw_connect, stats_mismatches
@@ -71,8 +72,7 @@ def test_stored_text_never_becomes_sql_or_fts_syntax(
     mem.record_turn("the tomato harvest was huge", "great")
     mem.drain(30)
 
-    with mem._db.read() as conn:
-        contents = [r[0] for r in conn.execute("SELECT content FROM messages ORDER BY id")]
+    contents = [r[0] for r in rows(mem, "SELECT content FROM messages ORDER BY id")]
     verbatim = 0
     for i, payload in enumerate(payloads):
         assert contents[2 * i] == f"zebra{i}x {payload}"
@@ -404,11 +404,8 @@ def test_logs_and_events_never_hold_message_or_fact_text(
     mem.erase(session_id=session_id, include_facts=True)
     mem.erase(key=m["key"])
     mem.drain(5)
-    with mem._db.read() as conn:
-        events = [
-            str(r[0]) + " " + str(r[1]) for r in conn.execute("SELECT kind, detail FROM events")
-        ]
-        quarantined = conn.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+    events = [str(r[0]) + " " + str(r[1]) for r in rows(mem, "SELECT kind, detail FROM events")]
+    quarantined = one(mem, "SELECT count(*) FROM quarantine")
 
     # An import and a corrupt file, for their events and warnings.
     with elastimem.Elastimem(":memory:", disable_builtin_embedder=True) as other:
@@ -417,8 +414,8 @@ def test_logs_and_events_never_hold_message_or_fact_text(
     # The SQLite magic, then damage: a store set aside (a file without it is refused).
     broken.write_bytes(b"SQLite format 3\x00" + f"{m['import']} not a database ".encode() * 100)
     recovered = elastimem.Elastimem(str(broken), disable_builtin_embedder=True)
-    with recovered, recovered._db.read() as conn:
-        events += [f"{r[0]} {r[1]}" for r in conn.execute("SELECT kind, detail FROM events")]
+    with recovered:
+        events += [f"{r[0]} {r[1]}" for r in rows(recovered, "SELECT kind, detail FROM events")]
 
     lines = list(elastimem_logs.lines)
     for record in elastimem_logs.records:
@@ -545,10 +542,8 @@ def test_injections_in_graph_items_and_fact_keys_never_reach_the_prompt(
     mem.record_turn("my robot Tuffy runs on the Jetson board today", "ok")
     assert mem.drain(20)
     assert mem.facts() == {"robot_name": "Tuffy"}
-    with mem._db.read() as conn:
-        sql = "SELECT canonical_name FROM graph_nodes WHERE type <> 'self'"
-        names = {r[0] for r in conn.execute(sql)}
-        relations = {r[0] for r in conn.execute("SELECT relationship FROM graph_edges")}
+    names = {r[0] for r in rows(mem, "SELECT canonical_name FROM graph_nodes WHERE type <> 'self'")}
+    relations = {r[0] for r in rows(mem, "SELECT relationship FROM graph_edges")}
     assert names == {"tuffy", "jetson"}
     assert relations == {"runs_on"}
     mem.begin_session()

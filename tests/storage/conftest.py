@@ -6,25 +6,72 @@ The contract suite (``tests/storage/contract/``) runs every family's interface t
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from elastimem.storage.sqlite import database as sqlite_database
+from elastimem import storage
+from tests import pg_server
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
-def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[storage.Database]:
     """A freshly created, migrated store database on each backend, closed after the test."""
     if request.param == "sqlite":
-        database = sqlite_database.open_store(tmp_path / "contract.db")
-    else:  # pragma: no cover - no other backend yet
-        raise AssertionError(request.param)
+        database = storage.open_database(tmp_path / "contract.db")
+    else:
+        database = open_postgres_database(request)
     try:
         yield database
     finally:
         database.close()
+
+
+# -- PostgreSQL (issue #18): a real server, started once per test session ----------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[pg_server.PgServer]:
+    """The test session's PostgreSQL server (tests/pg_server.py); skips the PostgreSQL half,
+    with the reason, where none can be had."""
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: pg_server.PgServer) -> str:
+    """A database with the current schema, addressed as the application role (not a
+    superuser, so row-level security binds it as it binds an application)."""
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    admin_url = postgres_server.create_database()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the test database")
+    return postgres_server.app_url(admin_url)
+
+
+def open_postgres_database(request: pytest.FixtureRequest) -> Any:
+    """A fresh store on PostgreSQL: a new user of the session's database (users share
+    nothing, so a new user is a new, empty store)."""
+    from elastimem.storage.postgres import database as postgres_database
+    from elastimem.storage.postgres.tx import IMPLEMENTED_FAMILIES
+    from elastimem.storage.tx import Tx
+
+    family = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    if family in Tx.__annotations__ and family not in IMPLEMENTED_FAMILIES:
+        pytest.skip(f"the {family} family is not implemented on PostgreSQL yet (issue #18)")
+    url = request.getfixturevalue("postgres_url")
+    return postgres_database.open_database(url, f"contract-{uuid.uuid4().hex}")

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import html
 import math
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..storage.sqlite.tx import SqliteTx
+from ..storage.tx import Tx
 from ..text import strip_controls
-from . import core as graph
+from .maintenance import components
+from .names import SELF_TYPE
 
 SELF_LABEL = "(you)"
 # Layout, in SVG user units.
@@ -62,7 +62,7 @@ class ViewNode:
 
     @property
     def display(self) -> str:
-        return SELF_LABEL if self.type == graph.SELF_TYPE else self.name
+        return SELF_LABEL if self.type == SELF_TYPE else self.name
 
 
 @dataclass(frozen=True)
@@ -92,36 +92,26 @@ class Snapshot:
 
 
 @contextmanager
-def _connection(source: Any) -> Iterator[Any]:
-    """A read connection from a connection, a ``db.Database`` or an ``Elastimem``."""
-    if isinstance(source, (sqlite3.Connection, SqliteTx)):
+def _transaction(source: Any) -> Iterator[Tx]:
+    """A read transaction: ``source`` itself when it is one (a ``Tx``), else a snapshot of
+    ``source``, an opened storage database."""
+    if hasattr(source, "graph"):
         yield source
         return
-    database = getattr(source, "_db", source)
-    with database.read() as conn:
-        yield conn
+    with source.read() as tx:
+        yield tx
 
 
 def load_snapshot(source: Any) -> Snapshot:
     """Nodes (self included), edges and render-time clusters, read in one snapshot."""
     snap = Snapshot()
-    with _connection(source) as conn:
-        for row in conn.execute(
-            "SELECT id, type, canonical_name, aliases, mention_count, cluster_label "
-            "FROM graph_nodes ORDER BY id"
-        ):
-            node = ViewNode(int(row[0]), str(row[1]), str(row[2]),
-                            tuple(graph._load_aliases(row[3])), int(row[4]),
-                            str(row[5]) if row[5] else None)  # fmt: skip
+    with _transaction(source) as tx:
+        for row in tx.graph.nodes(with_self=True):
+            node = ViewNode(row.id, row.type, row.name, row.aliases, row.mentions,
+                            row.cluster_label)  # fmt: skip
             snap.nodes[node.id] = node
-        snap.edges = [
-            ViewEdge(int(r[0]), int(r[1]), int(r[2]), str(r[3]), float(r[4]))
-            for r in conn.execute(
-                "SELECT id, source_node, target_node, relationship, weight FROM graph_edges "
-                "ORDER BY id"
-            )
-        ]
-        snap.clusters = graph.components(conn)
+        snap.edges = [ViewEdge(*edge) for edge in tx.graph.edges()]
+        snap.clusters = components(tx)
     return snap
 
 
@@ -154,7 +144,7 @@ def render_dot(source: Any) -> str:
 
     def node_line(node: ViewNode, indent: str) -> str:
         attrs = [f"label={_dot_string(node.display)}", f"tooltip={_dot_string(node.type)}"]
-        if node.type == graph.SELF_TYPE:
+        if node.type == SELF_TYPE:
             attrs.append("shape=doublecircle")
         return f"{indent}n{node.id} [{', '.join(attrs)}];"
 
@@ -211,7 +201,7 @@ def layout(snap: Snapshot) -> dict[int, tuple[float, float]]:
         members = sorted(snap.clusters[cluster_id], key=lambda n: (-snap.nodes[n].mentions, n))
         groups.append(members)
     clustered = snap.cluster_of()
-    self_nodes = [n for n, node in snap.nodes.items() if node.type == graph.SELF_TYPE]
+    self_nodes = [n for n, node in snap.nodes.items() if node.type == SELF_TYPE]
     loose = [n for n in snap.nodes if n not in clustered and n not in self_nodes]
     loose.sort(key=lambda n: (-snap.nodes[n].mentions, n))
     blocks = [self_nodes, *groups] if self_nodes else groups
@@ -391,7 +381,7 @@ def render_html(source: Any, *, title: str = "elastimem graph") -> str:
     colours = {cid: _colour(i) for i, cid in enumerate(order)}
 
     def colour_of(node: ViewNode) -> str:
-        if node.type == graph.SELF_TYPE:
+        if node.type == SELF_TYPE:
             return SELF_COLOUR
         cluster_id = clustered.get(node.id)
         return colours[cluster_id] if cluster_id is not None else UNCLUSTERED_COLOUR
@@ -403,7 +393,7 @@ def render_html(source: Any, *, title: str = "elastimem graph") -> str:
     height = max(MIN_VIEW_HEIGHT, max(ys) - min(ys) + MARGIN * 3)
     min_x = (min(xs) + max(xs)) / 2 - width / 2
     min_y = (min(ys) + max(ys)) / 2 - height / 2
-    self_ids = {n.id for n in snap.nodes.values() if n.type == graph.SELF_TYPE}
+    self_ids = {n.id for n in snap.nodes.values() if n.type == SELF_TYPE}
     edge_parts: list[str] = []
     show_labels = len(snap.edges) <= EDGE_LABEL_LIMIT
     for edge in snap.edges:
@@ -429,7 +419,7 @@ def render_html(source: Any, *, title: str = "elastimem graph") -> str:
         x, y = positions[node.id]
         cluster_id = clustered.get(node.id)
         cluster_attr = "" if cluster_id is None else str(cluster_id)
-        css = "node self" if node.type == graph.SELF_TYPE else "node"
+        css = "node self" if node.type == SELF_TYPE else "node"
         radius = NODE_RADIUS + min(6.0, math.log1p(max(0, node.mentions - 1)) * 2)
         tip = f"{node.display} ({node.type})"
         if node.aliases:
@@ -453,7 +443,7 @@ def render_html(source: Any, *, title: str = "elastimem graph") -> str:
             f'style="background:{colours[cluster_id]}"></span>'
             f"{_esc(shown)} ({len(members)})</li>"
         )
-    visible = len([n for n in snap.nodes.values() if n.type != graph.SELF_TYPE])
+    visible = len([n for n in snap.nodes.values() if n.type != SELF_TYPE])
     return "\n".join(
         [
             "<!DOCTYPE html>",

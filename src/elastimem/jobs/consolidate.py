@@ -6,9 +6,9 @@ import json
 import logging
 from collections.abc import Callable
 
+from .. import graph
 from ..clock import now_ts, ts_minus
 from ..enums import ConsolidationLevel
-from ..graph import core as graph
 from ..memory import procedural, semantic
 from ..prompts import build_fact_merge_prompt, clean_value
 from ..runtime import queue as jobs
@@ -65,10 +65,18 @@ def run_consolidate(services: Services, job: jobs.Job) -> None:
     step("graph decay", lambda: graph.consolidate_decay(services.db, config))
     step("graph dedupe", lambda: graph.consolidate_dedupe(services.db))
     if full:
-        step("graph merge", lambda: graph.consolidate_llm_merge(services, config))
+        step(
+            "graph merge",
+            lambda: graph.consolidate_llm_merge(
+                services.db, services.ask, config, stop_on=(GateDenied,)
+            ),
+        )
     step("clusters", lambda: graph.consolidate_clusters(services.db))
     if full:
-        step("cluster labels", lambda: graph.consolidate_labels(services))
+        step(
+            "cluster labels",
+            lambda: graph.consolidate_labels(services.db, services.ask, stop_on=(GateDenied,)),
+        )
 
     def trims() -> None:
         with services.db.atomic() as conn:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from .. import graph
 from ..extraction import Turn, build_extract_prompt, pack_turns, parse_extraction
-from ..graph import core as graph
 from ..memory import episodic, semantic
 from ..runtime import queue as jobs
 from ..runtime.gate import GateDeferred, GateDenied

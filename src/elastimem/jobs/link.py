@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..graph import core as graph
+from .. import graph
 from ..runtime import queue as jobs
 from ..runtime.services import Services
 

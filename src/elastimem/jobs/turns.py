@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from .. import graph
 from ..config import ElastimemConfig
 from ..enums import Cadence, ConsolidationLevel
 from ..governor import MemoryProfile
-from ..graph import core as graph
 from ..memory import episodic, fact_vectors
 from ..runtime import queue as jobs
 from ..runtime.services import Services, active_dim

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import graph
 from ..governor import MemoryProfile
-from ..graph import core as graph
 from ..memory import fact_vectors
 from ..runtime.services import Services, active_dim, vector_gate
 from ..storage.tx import Tx

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..graph import core as graph
+from .. import graph
 from ..storage.tx import Tx
 from ..text import normalize_key, query_terms, word_tokens
 from .rank import Filters, fact_keyword_leg

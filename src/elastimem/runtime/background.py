@@ -7,7 +7,7 @@ the names other modules still import from here; it imports upward (``jobs``,
 
 from __future__ import annotations
 
-from ..graph.core import list_clusters
+from ..graph import list_clusters
 from ..jobs.dispatch import make_worker
 from ..jobs.embed import queue_fact_embedding, reindex
 from ..jobs.summaries import persist_digest, report_evictions

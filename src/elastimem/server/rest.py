@@ -420,7 +420,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         response=_obj(sessions={"type": "array", "items": {"type": "object"}}),
     ),
     Endpoint(
-        "POST", "/v1/sessions", "Begin a session (the open one ends).", _begin_session,
+        "POST", "/v1/sessions", "Start a session (the open one ends).", _begin_session,
         body=(Arg("at", TIME), Arg("host_tag", _text("A label for the host.", max_length=200))),
         status=201, response=_obj(session_id=_INT),
     ),
@@ -429,13 +429,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         _end_session, body=(), response=_obj(ended=_INT),
     ),
     Endpoint(
-        "POST", "/v1/erase", "Delete a fact's history or a session, unrecoverably; 404 when "
+        "POST", "/v1/erase", "Erase a fact's history or a session, unrecoverably; 404 when "
         "there is nothing to erase.", _erase,
         body=(
             Arg("key", _text("A fact key.", min_length=1, max_length=1000)),
             Arg("session_id", {"type": "integer", "minimum": 0}),
             Arg("include_facts", {"type": "boolean",
-                                  "description": "With session_id: also the facts it taught."}),
+                                  "description": "Also the facts the session taught."}),
         ),
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
         refusals=(404,),

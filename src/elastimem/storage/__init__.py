@@ -5,6 +5,31 @@ interface per table family (transcript, facts, lessons, jobs, graph rows, meta, 
 file, keyword postings). ``storage.sqlite`` implements them on one SQLite file per user; a
 second backend implements the same interfaces without touching the layers above.
 Nothing above this package writes SQL or sees a driver's connection: code above the seam
-receives a transaction handle (``Tx``) and calls its families' methods.
+opens a ``Database`` (``open_database``) and receives a transaction handle (``Tx``) from it,
+whose families' methods hold the statements.
 May import: the base modules only (errors, clock, text, config, values, enums).
 """
+
+from __future__ import annotations
+
+import os
+
+from ..errors import ConfigError
+from .addresses import POSTGRES_NOT_SUPPORTED, is_postgres_url
+from .database import Database
+from .sqlite import database as sqlite_database
+
+__all__ = ["Database", "open_database"]
+
+
+def open_database(target: str | os.PathLike[str], *, create: bool = True) -> Database:
+    """Open (creating, recovering and migrating as needed) the store at ``target``.
+
+    The address picks the backend: a file path or ``":memory:"`` opens an SQLite store;
+    ``postgresql://`` and ``postgres://`` raise ``ConfigError`` (not supported yet); any
+    other ``scheme://`` raises ``ConfigError``. ``create`` False opens only an existing store
+    and creates nothing (``StoreError`` otherwise).
+    """
+    if is_postgres_url(target):  # issue #18: the PostgreSQL backend opens here
+        raise ConfigError(POSTGRES_NOT_SUPPORTED)
+    return sqlite_database.open_store(target, create=create)

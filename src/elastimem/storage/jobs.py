@@ -160,3 +160,9 @@ class JobRows(Protocol):
     def count_runnable(self, owner: JobOwner, *, now: str) -> int:
         """``owner``'s ``running`` jobs plus its ``queued`` ones past their ``not_before``."""
         ...
+
+    # -- for the facade (session end) -------------------------------------------------------
+
+    def count_unfinished(self, job_ids: list[int]) -> int:
+        """How many of ``job_ids`` are still queued or running (0 for an empty list)."""
+        ...

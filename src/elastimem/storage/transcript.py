@@ -166,6 +166,15 @@ class TranscriptRows(Protocol):
         """Lift the importance of these chunks to at least ``floor`` (absent ids: no-op)."""
         ...
 
+    # -- for the context plan (assembly) ----------------------------------------------------
+
+    def ended_session_summaries(
+        self, exclude: int | None, n: int
+    ) -> list[tuple[str, str | None, str | None]]:
+        """(started_at, summary, title) of the ``n`` newest ended sessions that have a summary
+        or a title, ``exclude`` aside, newest first."""
+        ...
+
     # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
 
     def session_chunk_ids(self, session_id: int) -> list[int]:

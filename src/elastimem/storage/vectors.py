@@ -12,3 +12,9 @@ from typing import Protocol
 
 class VectorRows(Protocol):
     """The chunks' vectors on file (float32 BLOBs, quantized copies)."""
+
+    # -- for the command line ---------------------------------------------------------------
+
+    def has_vectors_labelled(self, prefix: str) -> bool:
+        """Whether a chunk has a vector whose model label starts with ``prefix``."""
+        ...

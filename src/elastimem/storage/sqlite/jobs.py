@@ -248,3 +248,15 @@ class SqliteJobRows:
             (owner.pid, owner.host, now),
         ).fetchone()
         return int(row[0])
+
+    # -- for the facade (session end) -------------------------------------------------------
+
+    def count_unfinished(self, job_ids: list[int]) -> int:
+        if not job_ids:
+            return 0
+        marks = ",".join("?" * len(job_ids))
+        row = self._conn.execute(
+            f"SELECT count(*) FROM jobs WHERE id IN ({marks}) AND state IN ('queued', 'running')",
+            job_ids,
+        ).fetchone()
+        return int(row[0])

@@ -31,7 +31,7 @@ dropped whichever process changed them. Facts get no columns of their own: a fac
 never edited (§5.3), and its vector is derived data that ``reindex`` may replace.
 
 The FTS tables are not part of these steps: they depend on whether this SQLite build has FTS5
-and are reconciled on every open (``db.reconcile_fts``).
+and are reconciled on every open (``fts.reconcile``).
 """
 
 from __future__ import annotations

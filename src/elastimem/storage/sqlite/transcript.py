@@ -210,6 +210,19 @@ class SqliteTranscriptRows:
                 (floor, *chunk_ids),
             )
 
+    # -- for the context plan (assembly) ----------------------------------------------------
+
+    def ended_session_summaries(
+        self, exclude: int | None, n: int
+    ) -> list[tuple[str, str | None, str | None]]:
+        rows = self._conn.execute(
+            "SELECT started_at, summary, title FROM sessions WHERE ended_at IS NOT NULL "
+            "AND id IS NOT ? AND (summary IS NOT NULL OR title IS NOT NULL) "
+            "ORDER BY started_at DESC, id DESC LIMIT ?",
+            (exclude, n),
+        ).fetchall()
+        return [(str(r[0]), r[1], r[2]) for r in rows]
+
     # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
 
     def session_chunk_ids(self, session_id: int) -> list[int]:
