@@ -455,9 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
     if args.passage_context is not None:
-        import elastimem.index.vectors
+        import elastimem.index.vector_writes
 
-        elastimem.index.vectors.PASSAGE_CONTEXT_CHARS = args.passage_context
+        elastimem.index.vector_writes.PASSAGE_CONTEXT_CHARS = args.passage_context
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     if args.convs:
         samples = [s for s in samples if s["sample_id"] in set(args.convs)]

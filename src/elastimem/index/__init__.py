@@ -1,7 +1,10 @@
 """index: the in-memory search structures over what storage holds (SPEC §5.6, §5.13).
 
-Owns: exact BM25 from cached keyword postings, the vector index family (float32 on file,
-quantized copy, exact scan, HNSW, exact-vector cache) and the embedders (the built-in ONNX
-model and its loading). Reads and writes rows only through ``storage``.
+Owns: exact BM25 from cached keyword postings (``keyword``), the vector index family
+(``vectors``: the index; ``quantized`` codes, the ``scan``, the HNSW graph ``ann``, the
+``exact_cache`` of float32 rows), what the embed job embeds and writes (``vector_writes``)
+and the embedders (``embedding_source``: the active one; ``embedders``, ``onnx_embedder``,
+``hf_loading``: the built-in model and its loading). Reads and writes rows only through
+``storage``'s families (``tx.postings``, ``tx.vectors``, ``tx.meta``); no SQL here.
 May import: the base modules, policy and ``storage``.
 """

@@ -25,13 +25,11 @@ import logging
 import math
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ..clock import now_ts
-from ..storage.sqlite.database import Database
+from ..storage.database import Database
 from ..storage.tx import Tx
 
 logger = logging.getLogger("elastimem")
@@ -203,23 +201,6 @@ def search_width(size: int) -> int:
     return int(round(EXPANSION_SEARCH * math.sqrt(size / WIDTH_REFERENCE_ROWS)))
 
 
-def _blocks(
-    conn: Tx, label: str, dim: int, after_id: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    # The unary ``+`` keeps SQLite off idx_chunks_embedding: through it, every block would
-    # read and sort all the matching rows (1.5 GB at 1M) to return the next 8192 by id;
-    # the rowid range walks each row once.
-    rows = conn.execute(
-        "SELECT id, embedding FROM chunks WHERE id > ? AND +embedding_model = ? "
-        "AND +embedding_dim = ? AND embedding IS NOT NULL ORDER BY id LIMIT ?",
-        (after_id, label, dim, BUILD_BLOCK_ROWS),
-    ).fetchall()
-    if rows:
-        ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-        matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4")
-        yield ids, matrix.reshape(len(rows), dim)
-
-
 def build(database: Database, label: str, dim: int) -> AnnIndex:
     """Build an index over every current vector, one short read per block (worker thread).
 
@@ -233,28 +214,26 @@ def build(database: Database, label: str, dim: int) -> AnnIndex:
     ann = AnnIndex(label, dim, gen, seq)
     last_id = 0
     while True:
+        # One short read per block, by id range (see ``tx.vectors.after_id``).
         with database.read() as conn:
-            blocks = list(_blocks(conn, label, dim, last_id))
-        if not blocks:
+            ids, matrix = conn.vectors.after_id(label, dim, last_id, BUILD_BLOCK_ROWS)
+        if ids.size == 0:
             break
-        for ids, matrix in blocks:
-            ann.add(ids, matrix)
-            last_id = int(ids[-1])
+        ann.add(ids, matrix)
+        last_id = int(ids[-1])
     return ann
 
 
 def load_snapshot(conn: Tx, label: str, dim: int) -> AnnIndex | None:
     """The persisted index for ``(label, dim)`` if its ``gen`` is current, else None."""
-    row = conn.execute(
-        "SELECT seq, gen, data FROM ann_index WHERE label = ? AND dim = ?", (label, dim)
-    ).fetchone()
-    if row is None:
+    stored = conn.vectors.snapshot(label, dim)
+    if stored is None:
         return None
-    seq, gen, data = int(row[0]), int(row[1]), row[2]
+    seq, gen, data = stored
     if gen != conn.meta.get_int("vectors.gen"):
         return None
     try:
-        return AnnIndex.from_bytes(label, dim, gen, seq, bytes(data))
+        return AnnIndex.from_bytes(label, dim, gen, seq, data)
     except Exception as exc:  # a damaged or foreign snapshot is only a cache: rebuild it
         logger.warning(
             "the stored HNSW index for %s could not be read (%s); rebuilding it", label, exc
@@ -278,9 +257,5 @@ def save_snapshot(
     with database.atomic() as conn:
         if conn.meta.get_int("vectors.gen") != gen:
             return False  # an erase or re-embed happened meanwhile: never resurrect it
-        conn.execute(
-            "INSERT OR REPLACE INTO ann_index (label, dim, seq, gen, data, built_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (label, dim, seq, gen, data, now_ts()),
-        )
+        conn.vectors.save_snapshot(label, dim, seq, gen, data)
     return True

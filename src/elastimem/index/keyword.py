@@ -12,7 +12,8 @@ So this module computes the very formula of FTS5's ``bm25()`` — for each query
 (each FTS5 phrase) ``idf · f·(k1+1) / (f + k1·(1 − b + b·D/avgdl))`` with k1 1.2, b 0.75,
 ``idf = log((N − n + 0.5)/(n + 0.5))`` clamped to 1e-6, N, avgdl and D from FTS5's own
 averages and docsize records — with numpy over each term's postings: (chunk id, frequency)
-arrays read once from the FTS5 index through an ``fts5vocab`` table, then kept in sync. A
+arrays read once through ``tx.postings`` (storage.postings: on SQLite, from the FTS5 index
+through an ``fts5vocab`` table), then kept in sync. A
 question costs tens of microseconds per term, whatever the store size. FTS5 stays the index
 of record; whatever the cache cannot answer exactly (a term FTS5 splits into several
 tokens, time filters, any failure) is answered by the FTS5 query, and the tests check
@@ -24,16 +25,18 @@ versions, as FTS5 does, and keeps the live ones. A row spanning several columns 
 key and value) counts as FTS5 counts it: frequencies summed over the columns, the length
 of all of them.
 
-Staying in sync: FTS5's averages record (row count, total tokens) and its structure record
-are read on every query (one statement, two rowid lookups). The structure record changes
-with every write to the index (it carries FTS5's count of segments written), so it says
-whether anything changed at all; the averages alone do not: an erase and a new turn of
-the same length leave them as they were. When the table changed only by new chunks after
-the highest one cached — what ``record_turn`` does — those chunks are tokenised with the
-same tokenizer in a private in-memory FTS5 table and their postings appended; any other
-change (erase, import, another process deleting) drops the cache, which refills on demand.
+Staying in sync: the postings' state (row count, total tokens, a change marker and the
+store's erase count: ``tx.postings.state``; on SQLite FTS5's averages and structure
+records, one statement, two rowid lookups) is read on every query. The marker changes with
+every write to the index, so it says whether anything changed at all; the counts alone do
+not: an erase and a new turn of the same length leave them as they were. When the table
+changed only by new chunks after the highest one cached — what ``record_turn`` does —
+those chunks are tokenised with the same tokenizer (``tx.postings.tokenizer()``) and their
+postings appended; any other change (erase, import, another process deleting) drops the
+cache, which refills on demand.
 
-Preloading: reading one term's postings costs ~0.1 ms (an fts5vocab cursor per term), so a
+Preloading: reading one term's postings costs ~0.1 ms (on SQLite an fts5vocab cursor per
+term), so a
 question of four words never seen before paid ~0.5 ms before scoring. ``prime`` (run on the
 worker by ``warm_up`` and after the first query) reads every posting of a table of up to
 ``PRELOAD_MAX_POSTINGS`` tokens in one pass (~1 s per million) into two flat arrays, from
@@ -45,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Collection
@@ -53,20 +55,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..storage.sqlite.database import FTS_TOKENIZER
+from ..errors import StoreError
+from ..storage.postings import ERASE_GEN_KEY as ERASE_GEN_KEY  # portability imports it here
+from ..storage.postings import PostingsState, Tokenizer
 from ..storage.tx import Tx
 
 logger = logging.getLogger("elastimem")
 
 K1 = 1.2
 B = 0.75
-# Rows of an FTS5 table's ``_data`` shadow table: the averages record and the structure
-# record (fixed ids in FTS5's file format).
-_AVERAGES_ID = 1
-_STRUCTURE_ID = 10
-_ERASE_GEN_ID = -1  # the erase count's place in _read_state's result (no _data id is < 1)
-# Bumped by every erase that deletes chunks or facts (portability.erase).
-ERASE_GEN_KEY = "erase.gen"
 # New rows since the last query are tokenised and appended up to this many; beyond it
 # (a bulk import, another process ingesting) refetching the postings is cheaper.
 APPEND_LIMIT = 512
@@ -84,28 +81,21 @@ INSTANCES_PER_ROW = 4
 
 
 @dataclass(frozen=True)
-class FtsTable:
-    """An FTS5 table the index can mirror, and how to read its new rows' text."""
+class Corpus:
+    """A corpus of ``tx.postings`` the index can mirror (``chunks`` or ``facts``)."""
 
     name: str
-    # (id, text) of the rows after an id, ascending, with a limit; the columns joined by a
-    # space, which FTS5's tokenizer splits anyway, so the counts are those of the columns.
-    new_rows_sql: str
     # Below this many rows FTS5 ranks faster than the index's fixed cost (None from top,
     # unless the caller says ``any_size``).
     min_rows: int = 0
 
 
-CHUNKS = FtsTable("chunks_fts", "SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT ?")
+CHUNKS = Corpus("chunks")
 # recall's fact leg also reads the current versions' ids: ~1 ms the FTS5 query does not pay
 # on a small table (build_context, which has them already, uses the index at any size).
 # Measured p50 index / FTS5 (soak stores, load ~1): 200 versions 1.0 / 0.3 ms,
 # 13k 1.5 / 1.3 ms, 88k 3.3 / 7.9 ms (p95 4.7 / 14.9).
-FACTS = FtsTable(
-    "facts_fts",
-    "SELECT id, key || ' ' || value FROM facts WHERE id > ? ORDER BY id LIMIT ?",
-    min_rows=16_384,
-)
+FACTS = Corpus("facts", min_rows=16_384)
 
 
 @dataclass
@@ -152,23 +142,18 @@ class _Preloaded:
         ).merged()
 
 
-def _read_all_postings(conn: Tx, vocab: str) -> _Preloaded:
-    """Every (term, row, frequency) of the table behind ``vocab``, in one ordered pass.
+def _read_all_postings(conn: Tx, corpus: str) -> _Preloaded:
+    """Every (term, row, frequency) of ``corpus``, in one ordered pass.
 
-    fts5vocab returns the rows grouped by term, so a term's postings are one run; the run
-    starts are found with numpy on each block rather than row by row in Python.
+    The postings come grouped by term, so a term's postings are one run; the run starts
+    are found with numpy on each block rather than row by row in Python.
     """
-    cursor = conn.execute(f"SELECT term, doc, count(*) FROM {vocab} GROUP BY term, doc")
     starts: dict[str, int] = {}
     id_blocks: list[np.ndarray] = []
     freq_blocks: list[np.ndarray] = []
     position = 0
     last: object = None
-    while True:
-        rows = cursor.fetchmany(PRELOAD_BLOCK)
-        if not rows:
-            break
-        terms, docs, counts = zip(*rows)
+    for terms, docs, counts in conn.postings.all_postings(corpus, PRELOAD_BLOCK):
         names = np.array(terms, dtype=object)
         change = np.empty(len(names), dtype=bool)
         change[0] = terms[0] != last
@@ -176,9 +161,9 @@ def _read_all_postings(conn: Tx, vocab: str) -> _Preloaded:
         for at in np.flatnonzero(change).tolist():
             starts[terms[at]] = position + at
         last = terms[-1]
-        id_blocks.append(np.array(docs, dtype=np.int32))
-        freq_blocks.append(np.array(counts, dtype=np.int32))
-        position += len(rows)
+        id_blocks.append(docs)
+        freq_blocks.append(counts)
+        position += len(terms)
     spans: dict[str, tuple[int, int]] = {}
     ordered = sorted(starts.items(), key=lambda item: item[1])
     for (term, start), (_next, end) in zip(ordered, [*ordered[1:], ("", position)]):
@@ -191,56 +176,28 @@ def _read_all_postings(conn: Tx, vocab: str) -> _Preloaded:
     )
 
 
-class _Tokenizer:
-    """The FTS tables' tokenizer, run on text in a private in-memory FTS5 table."""
-
-    def __init__(self) -> None:
-        self._conn = sqlite3.connect(":memory:", check_same_thread=False)
-        self._conn.execute(
-            f"CREATE VIRTUAL TABLE tok USING fts5(text, content='', tokenize='{FTS_TOKENIZER}')"
-        )
-        self._conn.execute("CREATE VIRTUAL TABLE tok_vocab USING fts5vocab(tok, instance)")
-
-    def documents(self, rows: list[tuple[int, str]]) -> list[tuple[int, dict[str, int], int]]:
-        """(id, token → frequency, length in tokens) for each (id, text)."""
-        self._conn.executemany("INSERT INTO tok(rowid, text) VALUES (?, ?)", rows)
-        counts: dict[int, dict[str, int]] = {doc_id: {} for doc_id, _ in rows}
-        for term, doc, n in self._conn.execute(
-            "SELECT term, doc, count(*) FROM tok_vocab GROUP BY term, doc"
-        ):
-            counts[int(doc)][str(term)] = int(n)
-        self._conn.execute("INSERT INTO tok(tok) VALUES ('delete-all')")
-        return [(doc_id, counts[doc_id], sum(counts[doc_id].values())) for doc_id, _ in rows]
-
-    def tokens(self, texts: list[str]) -> list[list[str]]:
-        """The tokens of each text, in order: one round trip for all of them."""
-        self._conn.executemany(
-            "INSERT INTO tok(rowid, text) VALUES (?, ?)", list(enumerate(texts, start=1))
-        )
-        out: list[list[str]] = [[] for _ in texts]
-        for term, doc in self._conn.execute("SELECT term, doc FROM tok_vocab ORDER BY doc, offset"):
-            out[int(doc) - 1].append(str(term))
-        self._conn.execute("INSERT INTO tok(tok) VALUES ('delete-all')")
-        return out
-
-    def close(self) -> None:
-        self._conn.close()
-
-
 class TermTokens:
     """The one token FTS5 makes of each query term, cached; shared by a store's two indexes
     (one tokenizer round trip per new term, not one per index)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tokenizer = _Tokenizer()
+        self._tokenizer: Tokenizer | None = None  # the storage's, made on first use
+        self._closed = False
         self._cache: OrderedDict[str, str | None] = OrderedDict()
 
-    def tokens(self, terms: list[str]) -> list[str | None]:
+    def tokens(self, conn: Tx, terms: list[str]) -> list[str | None]:
         """Each term's token; None where FTS5 makes several (a phrase), "" where none."""
         with self._lock:
             new = [t for t in dict.fromkeys(terms) if t not in self._cache]
-            for term, tokens in zip(new, self._tokenizer.tokens(new) if new else [], strict=True):
+            if new and self._tokenizer is None:
+                if self._closed:
+                    raise StoreError("the keyword index is closed")
+                self._tokenizer = conn.postings.tokenizer()
+            tokenizer = self._tokenizer
+            for term, tokens in zip(
+                new, tokenizer.tokens(new) if tokenizer and new else [], strict=True
+            ):
                 self._cache[term] = tokens[0] if len(tokens) == 1 else (None if tokens else "")
             # Read and refresh this query's terms before evicting: evicting first could drop
             # one of them (an old term of the query, or any when it has more terms than the
@@ -254,18 +211,19 @@ class TermTokens:
 
     def close(self) -> None:
         with self._lock:
-            self._tokenizer.close()
+            self._closed = True
+            if self._tokenizer is not None:
+                self._tokenizer.close()
+                self._tokenizer = None
 
 
 class KeywordIndex:
-    """BM25 top-k over one FTS5 table from cached postings; thread-safe, see module doc."""
+    """BM25 top-k over one corpus from cached postings; thread-safe, see module doc."""
 
-    def __init__(self, table: FtsTable = CHUNKS, terms: TermTokens | None = None) -> None:
+    def __init__(self, table: Corpus = CHUNKS, terms: TermTokens | None = None) -> None:
         self.table = table
-        self._vocab = f"temp.elastimem_{table.name}_vocab"
-        self._row_vocab = f"temp.elastimem_{table.name}_rows"
         self._lock = threading.Lock()
-        self._tokenizer = _Tokenizer()
+        self._tokenizer: Tokenizer | None = None  # the storage's, made on first append
         self._owns_terms = terms is None
         self._terms = TermTokens() if terms is None else terms
         self._closed = False
@@ -274,8 +232,7 @@ class KeywordIndex:
 
     def _reset(self) -> None:
         self._resets += 1
-        # (averages, structure, erase count) as cached
-        self._state: tuple[bytes, bytes, bytes] | None = None
+        self._state: PostingsState | None = None  # as cached
         self._rows = 0
         self._total_tokens = 0
         self._max_id = 0
@@ -307,19 +264,19 @@ class KeywordIndex:
                 if self._closed:
                     return None
                 state = self._read_state(conn)
-                if not any_size and _decode_averages(state[0])[0] < self.table.min_rows:
+                if not any_size and state.rows < self.table.min_rows:
                     return None
                 if not self._sync(conn, state):
                     return None
                 if self._preloaded is not None and self._preloaded.catch_up is not None:
                     self._catch_up(conn, self._preloaded)
-                tokens = self._tokens(terms)
+                tokens = self._tokens(conn, terms)
                 if any(t is None for t in tokens):
                     return None
                 return self._score(conn, [t for t in tokens if t], limit, exclude, only)
         except _LeaveToFts5:
             return None
-        except (sqlite3.Error, ValueError, MemoryError) as exc:
+        except (StoreError, ValueError, MemoryError) as exc:
             logger.debug("keyword index unavailable for this query: %s", type(exc).__name__)
             with self._lock:
                 self._reset()
@@ -327,10 +284,10 @@ class KeywordIndex:
 
     def answers(self, conn: Tx) -> bool:
         """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
-        work it only does for the index (one rowid lookup)."""
+        work it only does for the index (one small read)."""
         try:
-            return _decode_averages(self._read_state(conn)[0])[0] >= self.table.min_rows
-        except (sqlite3.Error, ValueError):
+            return self._read_state(conn).rows >= self.table.min_rows
+        except (StoreError, ValueError):
             return False
 
     def prime(self, conn: Tx) -> None:
@@ -344,9 +301,8 @@ class KeywordIndex:
                 state = self._read_state(conn)
                 if not self._sync(conn, state) or not self.wants_preload:
                     return
-                _ensure_vocab(conn, self._vocab, self.table.name)
                 resets, read_up_to = self._resets, self._max_id
-            preloaded = _read_all_postings(conn, self._vocab)
+            preloaded = _read_all_postings(conn, self.table.name)
             with self._lock:
                 # Install over the state it was read from, or one that only gained rows
                 # since (queries appended them; the next query adds them to ``recent``).
@@ -354,7 +310,7 @@ class KeywordIndex:
                     if self._max_id > read_up_to:
                         preloaded.catch_up = (read_up_to, self._max_id)
                     self._preloaded = preloaded
-        except (sqlite3.Error, ValueError, MemoryError) as exc:
+        except (StoreError, ValueError, MemoryError) as exc:
             logger.debug("priming the keyword index failed: %s", type(exc).__name__)
 
     @property
@@ -371,11 +327,13 @@ class KeywordIndex:
         return self._preloaded is not None
 
     def close(self) -> None:
-        """Drop the cache and the tokenizer's connection; a later query answers None."""
+        """Free the cache and the tokenizer; a later query answers None."""
         with self._lock:
             self._reset()
             self._closed = True
-            self._tokenizer.close()
+            if self._tokenizer is not None:
+                self._tokenizer.close()
+                self._tokenizer = None
             if self._owns_terms:
                 self._terms.close()
 
@@ -391,32 +349,21 @@ class KeywordIndex:
 
     # -- keeping in sync ----------------------------------------------------------------------
 
-    def _read_state(self, conn: Tx) -> tuple[bytes, bytes, bytes]:
-        """FTS5's ``(averages, structure)`` records (ids 1 and 10 of its ``_data`` table),
-        and the store's erase count (``meta erase.gen``), in one statement.
+    def _read_state(self, conn: Tx) -> PostingsState:
+        """The postings' state, with the store's erase count.
 
         The erase count is what tells an erase followed by new turns from appends alone:
         SQLite hands the erased newest ids out again, and when the new rows also bring the
         same number of tokens, counts and averages look exactly like an append (the cache
         then served the erased rows' postings).
         """
-        blocks = dict(
-            conn.execute(
-                f"SELECT id, block FROM {self.table.name}_data WHERE id IN "
-                f"({_AVERAGES_ID}, {_STRUCTURE_ID}) "
-                f"UNION ALL SELECT {_ERASE_GEN_ID}, value FROM meta WHERE key = '{ERASE_GEN_KEY}'"
-            ).fetchall()
-        )
-        return tuple(  # type: ignore[return-value]
-            b"" if blocks.get(i) is None else _as_bytes(blocks[i])
-            for i in (_AVERAGES_ID, _STRUCTURE_ID, _ERASE_GEN_ID)
-        )
+        return conn.postings.state(self.table.name)
 
-    def _sync(self, conn: Tx, state: tuple[bytes, bytes, bytes]) -> bool:
+    def _sync(self, conn: Tx, state: PostingsState) -> bool:
         if self._loaded and state == self._state:
             return True
-        rows, total = _decode_averages(state[0])
-        erased = self._state is not None and state[2] != self._state[2]
+        rows, total = state.rows, state.tokens
+        erased = self._state is not None and state.erase_gen != self._state.erase_gen
         if self._loaded and not erased and self._append(conn, rows, total):
             self._state = state
             return True
@@ -431,10 +378,10 @@ class KeywordIndex:
 
     def _append(self, conn: Tx, rows: int, total: int) -> bool:
         """Take in rows added after the last one cached; False if that is not the change."""
-        new = conn.execute(self.table.new_rows_sql, (self._max_id, APPEND_LIMIT + 1)).fetchall()
+        new = conn.postings.docs_after(self.table.name, self._max_id, APPEND_LIMIT + 1)
         if not new or len(new) > APPEND_LIMIT or rows != self._rows + len(new):
             return False
-        docs = self._tokenizer.documents([(int(i), str(t or "")) for i, t in new])
+        docs = self._tokenizer_for(conn).documents(new)
         if total != self._total_tokens + sum(length for _, _, length in docs):
             return False
         self._grow(int(new[-1][0]))
@@ -460,29 +407,28 @@ class KeywordIndex:
         """Add to ``recent`` the rows appended while the preload was being read."""
         assert preloaded.catch_up is not None
         after, up_to = preloaded.catch_up
-        new = conn.execute(self.table.new_rows_sql, (after, up_to - after)).fetchall()
-        for doc_id, counts, _length in self._tokenizer.documents(
-            [(int(i), str(t or "")) for i, t in new if int(i) <= up_to]
+        new = conn.postings.docs_after(self.table.name, after, up_to - after)
+        for doc_id, counts, _length in self._tokenizer_for(conn).documents(
+            [(i, t) for i, t in new if i <= up_to]
         ):
             for token, freq in counts.items():
                 preloaded.recent.setdefault(token, []).append((doc_id, freq))
                 preloaded.recent_count += 1
         preloaded.catch_up = None
 
+    def _tokenizer_for(self, conn: Tx) -> Tokenizer:
+        if self._tokenizer is None:
+            self._tokenizer = conn.postings.tokenizer()
+        return self._tokenizer
+
     def _load_lengths(self, conn: Tx) -> int:
-        """Every row's length in tokens from FTS5's docsize table; returns the count."""
-        ids: list[int] = []
-        lengths: list[int] = []
-        for doc_id, size in conn.execute(
-            f"SELECT id, sz FROM {self.table.name}_docsize ORDER BY id"
-        ):
-            ids.append(int(doc_id))
-            lengths.append(_varint_sum(bytes(size)) if size else 0)
-        self._max_id = ids[-1] if ids else 0
+        """Every row's length in tokens; returns the count."""
+        ids, lengths = conn.postings.doc_lengths(self.table.name)
+        self._max_id = int(ids[-1]) if ids.size else 0
         self._lengths = np.zeros(self._max_id + 1, dtype=np.uint32)
-        if ids:
-            self._lengths[np.array(ids, dtype=np.int64)] = lengths
-        return len(ids)
+        if ids.size:
+            self._lengths[ids] = lengths
+        return int(ids.size)
 
     def _grow(self, max_id: int) -> None:
         if max_id >= len(self._lengths):
@@ -492,14 +438,12 @@ class KeywordIndex:
 
     # -- terms and postings -------------------------------------------------------------------
 
-    def _tokens(self, terms: list[str]) -> list[str | None]:
+    def _tokens(self, conn: Tx, terms: list[str]) -> list[str | None]:
         """The one token FTS5 makes of each term; None where it makes several (a phrase)."""
-        return self._terms.tokens(terms)
+        return self._terms.tokens(conn, terms)
 
     def _postings_for(self, conn: Tx, tokens: list[str]) -> dict[str, _Postings]:
-        """Each token's postings: cached, or read from the index, one statement per token
-        (rows for one term come in doc order, so SQLite groups them without sorting; an IN
-        over several terms sorted every instance: 3 s -> 8 s on a 10 MB message's chunks)."""
+        """Each token's postings: cached, or read from storage one token at a time."""
         found: dict[str, _Postings] = {}
         for token in tokens:
             cached = self._postings.get(token)
@@ -509,25 +453,15 @@ class KeywordIndex:
         missing = [t for t in dict.fromkeys(tokens) if t not in found]
         if not missing:
             return found
-        if self._preloaded is None:
-            _ensure_vocab(conn, self._vocab, self.table.name)
-            _ensure_vocab(conn, self._row_vocab, self.table.name, "row")
         cap = max(MIN_POSTINGS_CAP, 4 * self._rows)
         for token in missing:
             if self._preloaded is not None:
                 postings = self._preloaded.postings(token)
             else:
-                counts = conn.execute(
-                    f"SELECT doc, cnt FROM {self._row_vocab} WHERE term = ?", (token,)
-                ).fetchone()
-                if counts is not None and _costly_to_read(int(counts[0]), int(counts[1])):
+                size = conn.postings.term_size(self.table.name, token)
+                if size is not None and _costly_to_read(*size):
                     raise _LeaveToFts5(token)
-                rows = conn.execute(
-                    f"SELECT doc, count(*) FROM {self._vocab} WHERE term = ? GROUP BY doc",
-                    (token,),
-                ).fetchall()
-                data = np.array(rows, dtype=np.int64).reshape(-1, 2)
-                postings = _Postings(data[:, 0].copy(), data[:, 1].astype(np.float64))
+                postings = _Postings(*conn.postings.term_postings(self.table.name, token))
             found[token] = postings
             if postings.size <= cap:
                 self._postings[token] = postings
@@ -614,64 +548,6 @@ def _costly_to_read(rows: int, instances: int) -> bool:
     in each row it is in (a 10 MB message of a few words: 410k instances in 12k rows, 1.9 s
     to read) is left to FTS5; ordinary text (a few instances a row) is read and cached."""
     return instances > READ_INSTANCES_FREELY and instances > INSTANCES_PER_ROW * rows
-
-
-def _ensure_vocab(conn: Tx, vocab: str, table: str, kind: str = "instance") -> None:
-    """Create this connection's fts5vocab table over ``table`` (temp: never in the file)."""
-    try:
-        conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
-        return
-    except sqlite3.OperationalError:
-        pass
-    query_only = bool(conn.execute("PRAGMA query_only").fetchone()[0])
-    if query_only:  # a reader: a temp table is no write to the store
-        conn.execute("PRAGMA query_only = OFF")
-    try:
-        conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS {vocab} USING fts5vocab(main, {table}, {kind})"
-        )
-    finally:
-        if query_only:
-            conn.execute("PRAGMA query_only = ON")
-
-
-def _as_bytes(value: object) -> bytes:
-    return (
-        bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode()
-    )
-
-
-def _decode_averages(block: bytes) -> tuple[int, int]:
-    """FTS5's averages record: varint row count, then varint token total per column (summed:
-    bm25 measures a row over all its columns)."""
-    if not block:
-        return 0, 0
-    rows, at = _varint(block, 0)
-    return rows, _varint_sum(block, at)
-
-
-def _varint_sum(block: bytes, at: int = 0) -> int:
-    """The sum of the varints from ``at`` on (a docsize record: one per column)."""
-    if len(block) == 1 and at == 0 and block[0] < 0x80:
-        return block[0]  # one short column: nearly every chunk
-    total = 0
-    while at < len(block):
-        value, at = _varint(block, at)
-        total += value
-    return total
-
-
-def _varint(block: bytes, at: int) -> tuple[int, int]:
-    """SQLite's varint: 7 bits a byte, high bit set to continue; the 9th byte has 8 bits."""
-    value = 0
-    for i in range(9):
-        byte = block[at + i]
-        if i == 8:
-            return (value << 8) | byte, at + 9
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value, at + i + 1
-    raise ValueError("bad varint")
 
 
 class KeywordIndexes:

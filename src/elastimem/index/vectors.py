@@ -1,8 +1,6 @@
-"""The vector side of recall: which embedder is active, and the vector index (SPEC §4.4).
-
-``EmbeddingSource`` hides whether vectors come from the host's ``embedder`` (label ``host``)
-or the built-in model (label ``elastimem:…``), validates every result, records the active
-dimension, caches query vectors and marks a host embedder failed after 3 straight failures.
+"""The vector index of recall (SPEC §4.4). The active embedder is ``embedding_source.py``;
+what the embed job embeds and writes is ``vector_writes.py``; rows are read through
+``tx.vectors``.
 
 ``VectorIndex`` answers "the top n chunks by cosine", considering only rows whose label
 *and* dimension match the active embedder:
@@ -34,21 +32,23 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from ..config import ElastimemConfig
-from ..retrieval.rank import Filters
-from ..storage.sqlite.database import Database
+from ..storage.database import Database
 from ..storage.tx import Tx
+from ..storage.vectors import CREATED_DTYPE
 from . import ann as ann_module
 from . import quantized
-from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
+from .embedding_source import EmbeddingSource as EmbeddingSource  # callers import it here
 from .exact_cache import ExactVectorCache
 from .scan import RowScorer, candidates, row_scores
+from .vector_writes import PASSAGE_CONTEXT_CHARS as PASSAGE_CONTEXT_CHARS
+from .vector_writes import passage_texts as passage_texts
+from .vector_writes import write_vectors as write_vectors
 
 logger = logging.getLogger("elastimem")
 
@@ -58,8 +58,7 @@ STREAM_BLOCK_ROWS = 4096
 # full reload allocates the exact size.
 GROWTH_FACTOR = 1.125
 MIN_GROWTH_ROWS = 1024
-HOST_FAILURES_BEFORE_GIVING_UP = 3
-_TS_DTYPE = "S27"  # the fixed-width canonical timestamp, compared as bytes
+_TS_DTYPE = CREATED_DTYPE  # the fixed-width canonical timestamp, compared as bytes
 
 # HNSW query (§4.4): over-fetch max(4k, 64) candidates, doubling while the filters leave
 # fewer than k; past this share of the index an exact filtered scan is cheaper.
@@ -70,198 +69,18 @@ ANN_MAX_FETCH_SHARE = 0.25
 # (or 10% of it, if more): a reopen then has little to add.
 ANN_RESAVE_MIN_ROWS = 10_000
 
-# The embed job embeds a chunk together with the chunk before it in the same session
-# (current text first, so a model that truncates keeps the chunk itself). Chat turns are
-# short and elliptic ("Wow, where was that?"); the previous exchange says what they are
-# about. On the LoCoMo dev split (benchmarks/locomo.py, through the API) this raised hybrid
-# recall@5 from 0.729 to 0.746 and recall@10 from 0.799 to 0.815 (--passage-context 0
-# reproduces the former). Offline, 200 characters of context gave about half the gain and
-# 400 nearly all of it; the bound keeps the embedding cost within ~2x of the bare chunk
-# for the default 400-token chunks, and MiniLM reads only its first 256 tokens anyway.
-PASSAGE_CONTEXT_CHARS = 1600
 
-
-class EmbeddingSource:
-    """The active embedder, host or built-in, behind one validated interface."""
-
-    def __init__(
-        self,
-        host_embed: Callable[[list[str]], Any] | None,
-        host_query: Callable[[str], Any] | None,
-        builtin: BuiltinEmbedder | None,
-    ) -> None:
-        self.host_embed = host_embed
-        self.host_query = host_query
-        self.builtin = builtin
-        self._host_failures = 0
-        self._host_failed = False
-        self.dims: dict[str, int] = {}
-        self.query_cache = QueryVectorCache()
-        # The vector leg asked the worker to load the built-in model (once per instance).
-        self.load_requested = False
-        self._query_warned = False
-        # Wall seconds of the last query embedding that ran (not a cache hit), measured on
-        # the thread that ran it; None until one has run.
-        self.last_query_seconds: float | None = None
+class Filters(Protocol):
+    """What a vector search filters on (``retrieval.Filters`` is one)."""
 
     @property
-    def is_host(self) -> bool:
-        return self.host_embed is not None or (self.host_query is not None and self.builtin is None)
+    def exclude_session(self) -> int | None: ...
 
     @property
-    def configured(self) -> bool:
-        return any(x is not None for x in (self.host_embed, self.host_query, self.builtin))
-
-    def state(self) -> str:
-        """``none | not_loaded | loading | ready | failed`` for ``stats()``."""
-        if self.host_embed is not None:
-            return "failed" if self._host_failed else "ready"
-        if self.builtin is not None:
-            return self.builtin.state
-        return "none"
+    def since(self) -> str | None: ...
 
     @property
-    def label(self) -> str | None:
-        if self.host_embed is not None:
-            return HOST_LABEL
-        if self.builtin is not None:
-            return self.builtin.label
-        return None
-
-    @property
-    def failed(self) -> bool:
-        return self.state() == "failed"
-
-    def resident(self) -> bool:
-        """An embedder that can answer now without loading anything."""
-        return self.state() == "ready"
-
-    def can_embed_passages(self) -> bool:
-        """Worth queueing embed jobs: a usable host embedder, or a built-in not yet failed."""
-        if self.host_embed is not None:
-            return not self._host_failed
-        return self.builtin is not None and self.builtin.state != "failed"
-
-    # -- passages ----------------------------------------------------------------------------
-
-    def embed_passages(self, texts: list[str], *, count_failure: bool = True) -> np.ndarray:
-        """Unit float32 rows for ``texts``; raises on any invalid output (call off-lock).
-
-        ``count_failure``: a failure counts toward giving the host embedder up (§5.13's
-        rule for the embed job). ``reindex`` passes False: it raises ``EmbedderError`` for
-        the host to fix the embedder and call it again, which three failures would refuse.
-        """
-        if self.host_embed is not None:
-            try:
-                matrix = self._check_dim(to_unit_matrix(self.host_embed(list(texts)), len(texts)))
-            except Exception:
-                if not count_failure:
-                    raise
-                self._host_failures += 1
-                if self._host_failures >= HOST_FAILURES_BEFORE_GIVING_UP and not self._host_failed:
-                    self._host_failed = True
-                    logger.warning(
-                        "the host embedder failed %d times in a row; semantic recall is off "
-                        "for this instance and its chunks stay unembedded until a reopen",
-                        self._host_failures,
-                    )
-                raise
-            self._host_failures = 0
-        elif self.builtin is not None and self.builtin.state == "ready":
-            matrix = self._check_dim(self.builtin.embed(texts))
-        else:
-            raise RuntimeError("no embedder is ready")
-        return matrix
-
-    def _check_dim(self, matrix: np.ndarray) -> np.ndarray:
-        """The dimension fixed by this instance's first call must not change (§5.13)."""
-        known = self.dims.get(self.label or "")
-        if known is not None and matrix.shape[0] and matrix.shape[1] != known:
-            raise ValueError(
-                f"the embedder returned {matrix.shape[1]}-dim vectors but this store's active "
-                f"dimension is {known}; reopen the store to switch models, then reindex()"
-            )
-        return matrix
-
-    def record_dim(self, label: str, dim: int) -> None:
-        """The first successful call of the instance fixes the active dimension (§5.13)."""
-        self.dims.setdefault(label, dim)
-
-    def warn_query_failure(self, exc: BaseException) -> None:
-        """The query encoder raised: keyword results only; warn once per instance.
-
-        Only the exception's type is logged: a host callable's message may quote the query
-        (user text), and logs never carry message text.
-        """
-        kind = type(exc).__name__
-        if not self._query_warned:
-            self._query_warned = True
-            logger.warning(
-                "the query embedding failed (%s), so recall uses keyword results "
-                "(further failures are logged at debug level)",
-                kind,
-            )
-        else:
-            logger.debug("the query embedding failed (%s)", kind)
-
-    # -- queries -----------------------------------------------------------------------------
-
-    def query_vector(self, text: str, dim: int | None) -> np.ndarray | None:
-        """The query's unit vector, or None when it cannot be had now (§5.13).
-
-        Cached per ``(label, dim, text)`` in an LRU, so a repeated query (``build_context``
-        then ``explain``, a retry) does not run the model again.
-        """
-        label = self.label
-        if label is None or not self.resident():
-            return None
-        cached = self.query_cache.get(label, dim, text)
-        if cached is not None:
-            return cached
-        raw: Any
-        started = time.perf_counter()
-        if self.host_query is not None:
-            raw = self.host_query(text)
-        elif self.host_embed is not None:
-            raw = self.host_embed([text])
-        elif self.builtin is not None:
-            raw = self.builtin.embed_query(text)
-        else:
-            return None
-        self.last_query_seconds = time.perf_counter() - started
-        vector = to_unit_vector(raw, dim=dim)
-        if vector is not None:
-            self.query_cache.put(label, dim, text, vector)
-        return vector
-
-
-def passage_texts(conn: Tx, rows: Sequence[tuple[Any, ...]]) -> list[str]:
-    """The text the embed job embeds for each ``(id, text)`` row (see PASSAGE_CONTEXT_CHARS).
-
-    The chunk's own text, then the text of the chunk before it in the same session, cut
-    to ``PASSAGE_CONTEXT_CHARS``. Only earlier chunks are used, so a vector never depends
-    on a turn recorded after it.
-    """
-    if not rows or PASSAGE_CONTEXT_CHARS <= 0:
-        return [str(r[1]) for r in rows]
-    ids = [int(r[0]) for r in rows]
-    previous: dict[int, str] = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        for cid, text in conn.execute(
-            "SELECT c.id, (SELECT p.text FROM chunks p WHERE p.session_id = c.session_id "
-            "AND p.id < c.id ORDER BY p.id DESC LIMIT 1) FROM chunks c "
-            f"WHERE c.id IN ({','.join('?' * len(part))})",
-            part,
-        ):
-            if text:
-                previous[int(cid)] = str(text)[:PASSAGE_CONTEXT_CHARS]
-    out = []
-    for row in rows:
-        text = str(row[1])
-        context = previous.get(int(row[0]))
-        out.append(f"{text}\n{context}" if context else text)
-    return out
+    def until(self) -> str | None: ...
 
 
 # -- exact scoring ------------------------------------------------------------------------------
@@ -278,13 +97,6 @@ def exact_scores(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.float64)
     products = np.asarray(rows, dtype=np.float64) * np.asarray(query, dtype=np.float64)
     return np.add.reduce(products, axis=1)
-
-
-def _counters(conn: Tx) -> tuple[int, int]:
-    """``vectors.gen`` and ``vectors.seq`` in one read."""
-    rows = conn.execute("SELECT key, value FROM meta WHERE key IN ('vectors.gen', 'vectors.seq')")
-    values = dict(rows.fetchall())
-    return int(values.get("vectors.gen", 0) or 0), int(values.get("vectors.seq", 0) or 0)
 
 
 def _margin(dim: int) -> float:
@@ -399,15 +211,8 @@ class VectorIndex:
         if label != self._label or dim != self._dim or gen != self._gen:
             self._warn_if_other_models(conn, label, dim)
             self._reset(label, dim)
-            # Counted on idx_chunks_embedding alone (a model is only ever written with its
-            # vector); at worst it over-reserves a few rows.
-            total = int(
-                conn.execute(
-                    "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?",
-                    (label, dim),
-                ).fetchone()[0]
-            )
-            self._reserve(total)
+            # At worst it over-reserves a few rows.
+            self._reserve(conn.vectors.count(label, dim))
             self._load_rows(conn, label, dim, after_seq=None)
             self._gen, self._seq = gen, seq
         elif seq > self._seq:
@@ -418,31 +223,23 @@ class VectorIndex:
         """Warn once per active ``(label, dim)`` when vectors of another model are stored.
 
         They are never mixed in (every query filters on label and dimension), so recall
-        silently loses their chunks' vector leg until ``reindex()``: say so. Three range
-        probes on ``idx_chunks_embedding``, not a scan, so it stays cheap at 1M rows.
+        silently loses their chunks' vector leg until ``reindex()``: say so (a probe, not a
+        scan, so it stays cheap at 1M rows).
         """
         if (label, dim) in self._stale_checked:
             return
         self._stale_checked.add((label, dim))
-        probes = (
-            ("embedding_model < ?", (label,)),
-            ("embedding_model > ?", (label,)),
-            ("embedding_model = ? AND embedding_dim IS NOT ?", (label, dim)),
-        )
-        for where, params in probes:
-            sql = f"SELECT embedding_model, embedding_dim FROM chunks WHERE {where} LIMIT 1"
-            row = conn.execute(sql, params).fetchone()
-            if row is not None:
-                logger.warning(
-                    "this store holds vectors of another embedding model (%s, dim %s); the "
-                    "vector leg uses only %s (dim %d) and ignores them: run reindex() to "
-                    "re-embed those chunks",
-                    row[0],
-                    row[1],
-                    label,
-                    dim,
-                )
-                return
+        other = conn.vectors.other_model(label, dim)
+        if other is not None:
+            logger.warning(
+                "this store holds vectors of another embedding model (%s, dim %s); the "
+                "vector leg uses only %s (dim %d) and ignores them: run reindex() to "
+                "re-embed those chunks",
+                other[0],
+                other[1],
+                label,
+                dim,
+            )
 
     def _reserve(self, rows: int) -> None:
         if rows <= self._ids.shape[0]:
@@ -453,29 +250,10 @@ class VectorIndex:
         self._created = _grow(self._created, rows)
 
     def _load_rows(self, conn: Tx, label: str, dim: int, after_seq: int | None) -> None:
-        params: list[object] = [label, dim]
-        if after_seq is None:
-            # A full load walks the table in rowid order (the unary ``+`` keeps SQLite off
-            # idx_chunks_embedding, through which it would sort every row, blobs included,
-            # in a temporary B-tree: 1.5 GB at 1M rows).
-            sql = (
-                "SELECT id, session_id, created_at, embedding FROM chunks "
-                "WHERE +embedding_model = ? AND +embedding_dim = ? AND embedding IS NOT NULL "
-                "ORDER BY id"
+        for block in conn.vectors.blocks(label, dim, after_seq=after_seq, size=STREAM_BLOCK_ROWS):
+            self._upsert(
+                block.ids, block.sessions, block.created, block.vectors, fresh=after_seq is None
             )
-        else:
-            sql = (
-                "SELECT id, session_id, created_at, embedding FROM chunks "
-                "WHERE embedding_model = ? AND embedding_dim = ? AND embedding IS NOT NULL "
-                "AND embed_seq > ? ORDER BY id"
-            )
-            params.append(after_seq)
-        cursor = conn.execute(sql, params)
-        while True:
-            rows = cursor.fetchmany(STREAM_BLOCK_ROWS)
-            if not rows:
-                break
-            self._upsert(*_rows_to_arrays(rows, dim), fresh=after_seq is None)
 
     def _upsert(
         self,
@@ -611,7 +389,7 @@ class VectorIndex:
         if self._streaming:
             self._warn_if_other_models(conn, label, dim)
             return _search_streaming(conn, query, label, dim, filters, n)
-        gen, seq = _counters(conn)
+        gen, seq = conn.vectors.counters()
         if self._wants_ann(conn, label, dim, gen, seq):
             found = self._search_ann(conn, query, label, dim, gen, seq, filters, n)
             if found is not None:
@@ -658,7 +436,7 @@ class VectorIndex:
         kept_ids, kept, missing = self._exact.split(self._ids[rows])
         ids, vectors = kept_ids, kept
         if missing.size:
-            read_ids, read = _read_vectors(conn, missing, label, int(query.shape[0]))
+            read_ids, read = conn.vectors.read(label, int(query.shape[0]), missing.tolist())
             self._exact.add(read_ids, read)
             ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
@@ -693,13 +471,11 @@ class VectorIndex:
     def _current_count(self, conn: Tx, label: str, dim: int, gen: int, seq: int) -> int:
         """Rows with the active label/dim; recounted per gen, topped up per seq (cheap)."""
         key = (label, dim, gen)
-        base = "SELECT count(*) FROM chunks WHERE embedding_model = ? AND embedding_dim = ?"
         if self._count_key != key:
-            self._current_rows = int(conn.execute(base, (label, dim)).fetchone()[0])
+            self._current_rows = conn.vectors.count(label, dim)
             self._count_key, self._count_seq = key, seq
         elif seq > self._count_seq:
-            newer = conn.execute(base + " AND embed_seq > ?", (label, dim, self._count_seq))
-            self._current_rows += int(newer.fetchone()[0])
+            self._current_rows += conn.vectors.count(label, dim, after_seq=self._count_seq)
             self._count_seq = seq
         return self._current_rows
 
@@ -767,17 +543,10 @@ class VectorIndex:
         return self._exact_top(conn, rows.astype(np.int64), query, coded, label, n)
 
     def _ann_top_up(self, conn: Tx, ann: ann_module.AnnIndex, seq: int) -> None:
-        cursor = conn.execute(
-            "SELECT id, session_id, created_at, embedding FROM chunks WHERE embedding_model = ? "
-            "AND embedding_dim = ? AND embedding IS NOT NULL AND embed_seq > ? ORDER BY id",
-            (ann.label, ann.dim, ann.seq),
-        )
-        while True:
-            rows = cursor.fetchmany(STREAM_BLOCK_ROWS)
-            if not rows:
-                break
-            ids, _sessions, _created, vectors = _rows_to_arrays(rows, ann.dim)
-            ann.add(ids, vectors)
+        for block in conn.vectors.blocks(
+            ann.label, ann.dim, after_seq=ann.seq, size=STREAM_BLOCK_ROWS
+        ):
+            ann.add(block.ids, block.vectors)
         ann.seq = seq
         if ann.size - ann.saved_size >= max(ANN_RESAVE_MIN_ROWS, ann.saved_size // 10):
             ann.saved_size = ann.size  # do not schedule it twice
@@ -839,7 +608,7 @@ class VectorIndex:
             with self._db.read() as conn, self._lock:
                 if self._streaming:
                     return
-                gen, seq = _counters(conn)
+                gen, seq = conn.vectors.counters()
                 if self._wants_ann(conn, label, dim, gen, seq):
                     key = (label, dim, gen)
                     if self._ann is None and key not in self._snapshot_tried:
@@ -868,65 +637,24 @@ class VectorIndex:
 def _search_streaming(
     conn: Tx, query: np.ndarray, label: str, dim: int, filters: Filters, n: int
 ) -> list[tuple[int, float]]:
-    """Exact top ``n`` without a resident matrix: 4096-row blocks, filters in SQL."""
-    where, params = filters.chunk_sql("c")
-    cursor = conn.execute(
-        "SELECT c.id, c.session_id, c.created_at, c.embedding FROM chunks c "
-        f"WHERE c.embedding_model = ? AND c.embedding_dim = ? AND c.embedding IS NOT NULL{where}",
-        (label, dim, *params),
+    """Exact top ``n`` without a resident matrix: 4096-row blocks, filtered as read."""
+    blocks = conn.vectors.filtered_blocks(
+        label,
+        dim,
+        exclude_session=filters.exclude_session,
+        since=filters.since,
+        until=filters.until,
+        size=STREAM_BLOCK_ROWS,
     )
     best_ids = np.zeros(0, dtype=np.int64)
     best_scores = np.zeros(0, dtype=np.float64)
-    while True:
-        rows = cursor.fetchmany(STREAM_BLOCK_ROWS)
-        if not rows:
-            break
-        ids, _sessions, _created, matrix = _rows_to_arrays(rows, dim)
+    for block in blocks:
+        matrix = block.vectors
         picked = candidates(row_scores(matrix, query), None, n, _margin(dim))
-        best_ids = np.concatenate([best_ids, ids[picked]])
+        best_ids = np.concatenate([best_ids, block.ids[picked]])
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
         best_ids, best_scores = _best(best_ids, best_scores, n)
     return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
-
-
-def _read_vectors(conn: Tx, ids: np.ndarray, label: str, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """The stored float32 vectors of ``ids`` (rows of another model or size are left out)."""
-    found: list[int] = []
-    blobs: list[bytes] = []
-    size = dim * 4
-    wanted = [int(i) for i in ids]
-    for start in range(0, len(wanted), 500):
-        part = wanted[start : start + 500]
-        for cid, blob in conn.execute(
-            # By rowid: the unary ``+`` keeps SQLite off idx_chunks_embedding, which would
-            # walk every row of the model.
-            "SELECT id, embedding FROM chunks WHERE +embedding_model = ? AND +embedding_dim = ? "
-            f"AND id IN ({','.join('?' * len(part))})",
-            (label, dim, *part),
-        ):
-            if blob is not None and len(blob) == size:
-                found.append(int(cid))
-                blobs.append(bytes(blob))
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(found), dim)
-    return np.asarray(found, dtype=np.int64), matrix
-
-
-def _rows_to_arrays(
-    rows: Sequence[tuple[Any, ...]], dim: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(id, session_id, created_at, embedding)`` rows as ids, sessions, times, matrix."""
-    count = len(rows)
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=count)
-    sessions = np.fromiter((r[1] for r in rows), dtype=np.int64, count=count)
-    created = np.array([str(r[2]).encode("ascii", "replace")[:27] for r in rows], dtype=_TS_DTYPE)
-    blobs = [r[3] for r in rows]
-    sizes = {len(b) for b in blobs}
-    if sizes != {dim * 4}:
-        raise ValueError(
-            f"a stored embedding does not hold {dim} float32 values; run reindex(force=True)"
-        )
-    matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(count, dim)
-    return ids, sessions, created, matrix.astype(np.float32, copy=False)
 
 
 def _grow(array: np.ndarray, capacity: int) -> np.ndarray:
@@ -947,51 +675,3 @@ def _filter_mask(sessions: np.ndarray, created: np.ndarray, filters: Filters) ->
         until = created < filters.until.encode("ascii")
         mask = until if mask is None else mask & until
     return mask
-
-
-def write_vectors(
-    conn: Tx,
-    chunk_ids: list[int],
-    matrix: np.ndarray,
-    label: str,
-    texts: Sequence[str] | None = None,
-) -> int:
-    """Store unit vectors for chunks (inside ``atomic()``); bumps ``vectors.seq``/``gen``.
-
-    Each row gets the next ``embed_seq``; replacing a vector that existed (a re-embed or a
-    model change) also bumps ``vectors.gen`` so every index drops the old one. Chunks
-    erased meanwhile are skipped. Returns the number written.
-
-    ``texts`` are the chunks' own texts as they were read for embedding: a row whose text
-    differs now is skipped (see below).
-    """
-
-    dim = int(matrix.shape[1])
-    seq = conn.meta.get_int("vectors.seq")
-    replaced = False
-    written = 0
-    for index, (chunk_id, vector) in enumerate(zip(chunk_ids, matrix)):
-        row = conn.execute(
-            "SELECT embedding IS NOT NULL, text FROM chunks WHERE id = ?", (chunk_id,)
-        ).fetchone()
-        if row is None:
-            continue  # erased meanwhile
-        if texts is not None and row[1] != texts[index]:
-            # Erased meanwhile, and its id taken by a new chunk (SQLite reuses the highest
-            # ids): this vector is the erased text's. The new chunk gets its own job.
-            continue
-        replaced = replaced or bool(row[0])
-        seq += 1
-        conn.execute(
-            "UPDATE chunks SET embedding = ?, embedding_model = ?, embedding_dim = ?, "
-            "embed_seq = ? WHERE id = ?",
-            (np.asarray(vector, dtype="<f4").tobytes(), label, dim, seq, chunk_id),
-        )
-        written += 1
-    if written:
-        conn.meta.set("vectors.seq", seq)
-    if conn.meta.get(f"embedder.{label}.dim") != str(dim):
-        conn.meta.set(f"embedder.{label}.dim", dim)
-    if replaced:
-        conn.meta.bump("vectors.gen")
-    return written

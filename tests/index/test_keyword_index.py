@@ -8,17 +8,22 @@ import random
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import elastimem
 from elastimem.index import keyword as keyword_index
 from elastimem.index.keyword import FACTS, KeywordIndex
+from elastimem.storage.sqlite.database import open_store
+from elastimem.storage.sqlite.postings import SqlitePostingRows, SqliteTokenizer
+from elastimem.storage.sqlite.tx import SqliteTx
 from elastimem.text import fts_match_expression, query_terms
+from tests.conftest import wait_until
+from tests.rows import execute as execute_raw
 
 # The facts' table as the index mirrors it from the first row (it waits for 16k by default).
 SMALL_FACTS = dataclasses.replace(FACTS, min_rows=0)
@@ -39,20 +44,23 @@ def sentence(rng: random.Random) -> str:
 
 
 @contextmanager
-def snapshot(path: Path) -> Iterator[sqlite3.Connection]:
+def snapshot(path: Path) -> Iterator[SqliteTx]:
+    """A read snapshot of the store's file on a connection of the test's own, like the
+    store's readers; ``.conn`` runs the FTS5 reference queries."""
     conn = sqlite3.connect(path)
-    conn.execute("PRAGMA query_only = ON")  # like the store's readers
+    conn.execute("PRAGMA query_only = ON")
     conn.execute("BEGIN")
     try:
-        yield conn
+        yield SqliteTx(conn)
     finally:
         conn.rollback()
         conn.close()
 
 
 def fts5_top(
-    conn: sqlite3.Connection, terms: list[str], limit: int, exclude: int | None = None
+    tx: SqliteTx, terms: list[str], limit: int, exclude: int | None = None
 ) -> list[tuple[int, float]]:
+    conn = tx.conn
     sql = "SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
     params: list[object] = [fts_match_expression(terms)]
     if exclude is not None:
@@ -152,9 +160,9 @@ def test_excluding_a_session_matches_the_fts5_query(
 ) -> None:
     index = KeywordIndex()
     with snapshot(store_path) as conn:
-        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+        session = conn.conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
         for terms in queries(random.Random(2), 20):
-            excluded = [r[0] for r in conn.execute(
+            excluded = [r[0] for r in conn.conn.execute(
                 "SELECT id FROM chunks WHERE session_id = ?", (session,))]  # fmt: skip
             ours = index.top(conn, terms, 30, exclude=excluded)
             assert ours is not None
@@ -185,7 +193,7 @@ def test_erasing_a_session_drops_the_cache_and_stays_exact(
     terms = ["garden", "tomato", "berlin"]
     with snapshot(store_path) as conn:
         before = index.top(conn, terms, 50) or []
-        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+        session = conn.conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
     filled.erase(session_id=session)
     filled.record_turn("garden gnome", "tomato soup")  # a delete and an append together
     with snapshot(store_path) as conn:
@@ -256,7 +264,7 @@ def test_a_fact_erased_and_one_of_the_same_length_are_seen(
 
     def ranked(terms: list[str]) -> list[tuple[int, float]] | None:
         with snapshot(store_path) as conn:
-            live = [r[0] for r in conn.execute(
+            live = [r[0] for r in conn.conn.execute(
                 "SELECT id FROM facts WHERE invalidated_at IS NULL AND archived = 0")]  # fmt: skip
             ours = index.top(conn, terms, 5, only=live)
             assert ours is not None
@@ -315,31 +323,34 @@ def test_the_postings_cache_is_bounded(
     monkeypatch.setattr(keyword_index, "MIN_POSTINGS_CAP", 50)
     index = KeywordIndex()
     with snapshot(store_path) as conn:
-        rows = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        rows = conn.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         for terms in queries(random.Random(3), 40):
             assert_same_ranking(index.top(conn, terms, 10) or [], fts5_top(conn, terms, 10))
     assert index.cached_entries <= max(50, 4 * rows) + 2 * rows  # one term may exceed alone
 
 
 def test_a_full_term_cache_never_drops_the_terms_of_the_query_it_serves(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Once the store had seen TERM_CACHE distinct query terms, a query mixing its oldest
     cached term with new ones evicted that term before reading it, and recall failed with a
     KeyError (found by the latency benchmark after ~2,400 queries)."""
     monkeypatch.setattr(keyword_index, "TERM_CACHE", 4)
     terms = keyword_index.TermTokens()
+    database = open_store(tmp_path / "terms.db")
     try:
-        assert terms.tokens(["cat", "dog", "fox", "owl"]) == ["cat", "dog", "fox", "owl"]
-        # "cat" is the least recently used entry; two new terms push two entries out.
-        assert terms.tokens(["cat", "yak", "ant"]) == ["cat", "yak", "ant"]
-        assert terms.tokens(["cat", "ant"]) == ["cat", "ant"]
-        # More distinct terms than the cache holds, and repeats: all answered, in order.
-        many = ["elk", "gnu", "hen", "bat", "cow", "pig", "elk"]
-        assert terms.tokens(many) == many
-        assert terms.tokens(["Running", "two words"]) == ["run", None]
+        with database.read() as tx:
+            assert terms.tokens(tx, ["cat", "dog", "fox", "owl"]) == ["cat", "dog", "fox", "owl"]
+            # "cat" is the least recently used entry; two new terms push two entries out.
+            assert terms.tokens(tx, ["cat", "yak", "ant"]) == ["cat", "yak", "ant"]
+            assert terms.tokens(tx, ["cat", "ant"]) == ["cat", "ant"]
+            # More distinct terms than the cache holds, and repeats: all answered, in order.
+            many = ["elk", "gnu", "hen", "bat", "cow", "pig", "elk"]
+            assert terms.tokens(tx, many) == many
+            assert terms.tokens(tx, ["Running", "two words"]) == ["run", None]
     finally:
         terms.close()
+        database.close()
 
 
 def test_recall_ranks_alike_with_and_without_the_index(
@@ -356,29 +367,47 @@ def test_recall_ranks_alike_with_and_without_the_index(
         assert full == small
 
 
+@pytest.fixture
+def used_indexes(monkeypatch: pytest.MonkeyPatch) -> list[KeywordIndex]:
+    """Every KeywordIndex queried or primed from now on (a store's own included)."""
+    seen: list[KeywordIndex] = []
+    for name in ("top", "prime"):
+        real = getattr(KeywordIndex, name)
+
+        def spy(index: KeywordIndex, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if not any(index is other for other in seen):
+                seen.append(index)
+            return _real(index, *args, **kwargs)
+
+        monkeypatch.setattr(KeywordIndex, name, spy)
+    return seen
+
+
+def loaded_chunk_rows(indexes: list[KeywordIndex]) -> int:
+    return max((i.loaded_rows for i in indexes if i.table.name == "chunks"), default=0)
+
+
 def test_warm_up_loads_the_chunk_lengths_before_the_first_recall(
-    make_store: Callable[..., elastimem.Elastimem],
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
 ) -> None:
     mem = make_store()
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     mem.close()
     again = make_store()
-    index = again._services.keyword.chunks
-    assert index.loaded_rows == 0
+    assert loaded_chunk_rows(used_indexes) == 0
     again.warm_up(timeout=5)
-    deadline = time.monotonic() + 10
-    while index.loaded_rows < 30 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert index.loaded_rows == 30
+    assert wait_until(lambda: loaded_chunk_rows(used_indexes) == 30, 10)
 
 
-def test_lite_leaves_the_index_unused(make_store: Callable[..., elastimem.Elastimem]) -> None:
+def test_lite_leaves_the_index_unused(
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
+) -> None:
     mem = make_store(tier_override="lite")
     mem.record_turn("the lighthouse keeper", "Noted.")
     assert mem.recall("lighthouse keeper")
     mem.warm_up(timeout=5)
-    assert mem._services.keyword.chunks.loaded_rows == 0
+    assert all(index.loaded_rows == 0 for index in used_indexes)
 
 
 def test_a_closed_index_leaves_queries_to_fts5(
@@ -392,10 +421,8 @@ def test_a_closed_index_leaves_queries_to_fts5(
         index.prime(conn)  # no error
 
 
-def fts5_facts_top(
-    conn: sqlite3.Connection, terms: list[str], limit: int
-) -> list[tuple[int, float]]:
-    rows = conn.execute(
+def fts5_facts_top(tx: SqliteTx, terms: list[str], limit: int) -> list[tuple[int, float]]:
+    rows = tx.conn.execute(
         "SELECT f.id, -bm25(facts_fts) AS s FROM facts_fts JOIN facts f ON f.id = facts_fts.rowid "
         "WHERE facts_fts MATCH ? AND f.invalidated_at IS NULL AND f.archived = 0 "
         "ORDER BY s DESC, f.id DESC LIMIT ?",
@@ -412,11 +439,13 @@ def test_facts_rank_as_fts5_ranks_their_live_versions(
     rng = random.Random(8)
     for i in range(150):
         mem.remember(f"{rng.choice(WORDS)}_{rng.choice(WORDS)}_{i % 40}", sentence(rng))
-    assert KeywordIndex(FACTS).top(sqlite3.connect(store_path), ["garden"], 5) is None  # small
+    assert (
+        KeywordIndex(FACTS).top(SqliteTx(sqlite3.connect(store_path)), ["garden"], 5) is None
+    )  # small
     index = KeywordIndex(SMALL_FACTS)
     for round_ in range(2):
         with snapshot(store_path) as conn:
-            live = [r[0] for r in conn.execute(
+            live = [r[0] for r in conn.conn.execute(
                 "SELECT id FROM facts WHERE invalidated_at IS NULL AND archived = 0")]  # fmt: skip
             for terms in queries(random.Random(round_), 30):
                 for limit in (2, 20):
@@ -437,8 +466,10 @@ def test_recall_ranks_facts_alike_with_and_without_the_index(
     rng = random.Random(12)
     for i in range(120):
         mem.remember(f"{rng.choice(WORDS)}_{i % 30}", sentence(rng))
-    with sqlite3.connect(store_path) as conn:  # decay archives facts; the FTS rows stay
-        conn.execute("UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 3 = 0")
+    # Decay archives facts; the FTS rows stay.
+    execute_raw(
+        store_path, "UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 3 = 0"
+    )
     shown = {h.id for h in mem.recall("garden tomato lighthouse", k=50, kinds=["fact"])}
     lite = make_store(tier_override="lite")
     for terms in queries(random.Random(6), 15):
@@ -450,25 +481,40 @@ def test_recall_ranks_facts_alike_with_and_without_the_index(
 
 
 def test_build_context_orders_notes_alike_with_and_without_the_index(
-    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+    make_store: Callable[..., elastimem.Elastimem],
+    store_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """build_context ranks notes with the index at any table size (it passes the live
     ids it read), exactly as FTS5 ranks them at LITE."""
-    from elastimem import assembly
+    answered: list[int] = []
+    real_top = KeywordIndex.top
 
+    def counted(index: KeywordIndex, *args: Any, **kwargs: Any) -> Any:
+        found = real_top(index, *args, **kwargs)
+        if index.table.name == "facts" and found is not None:
+            answered.append(len(found))
+        return found
+
+    monkeypatch.setattr(KeywordIndex, "top", counted)
     mem = make_store(tier_override="standard")
     rng = random.Random(14)
     for i in range(90):
         mem.remember(f"{rng.choice(WORDS)}_{i % 40}", sentence(rng))  # versions pile up
-    with sqlite3.connect(store_path) as conn:
-        conn.execute("UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 4 = 0")
+    execute_raw(
+        store_path, "UPDATE facts SET archived = 1 WHERE invalidated_at IS NULL AND id % 4 = 0"
+    )
     lite = make_store(tier_override="lite")
-    assert lite._services.keyword is not None  # held, but unused at LITE
     for terms in queries(random.Random(8), 20):
-        ours = assembly._fact_lines(mem._services, terms, None)
-        theirs = assembly._fact_lines(lite._services, terms, None)
-        assert ours == theirs
-    assert mem._services.keyword.facts.loaded_rows > 0  # the index did answer
+        question = " ".join(terms)
+        before = len(answered)
+        ours = mem.build_context(question).fact_ids
+        assert len(answered) > before  # the index did answer
+        before = len(answered)
+        theirs = lite.build_context(question).fact_ids
+        assert len(answered) == before  # and is unused at LITE
+        shown = min(len(ours), len(theirs))  # the tiers' budgets differ
+        assert shown > 0 and ours[:shown] == theirs[:shown]
 
 
 # -- preloading every posting -------------------------------------------------------------------
@@ -482,7 +528,8 @@ def test_a_preloaded_index_ranks_as_fts5_without_reading_terms(
         index.prime(conn)
     assert index.preloaded and not index.wants_preload
     # Every term now comes from the preloaded arrays: reading one from SQL would fail.
-    monkeypatch.setattr(keyword_index, "_ensure_vocab", _fail)
+    monkeypatch.setattr(SqlitePostingRows, "term_postings", _fail)
+    monkeypatch.setattr(SqlitePostingRows, "term_size", _fail)
     with snapshot(store_path) as conn:
         for terms in [*queries(random.Random(11), 40), ["zzzunknown"], ["running", "runs"]]:
             for limit in (5, 50):
@@ -497,7 +544,8 @@ def test_rows_appended_after_a_preload_are_scored(
     index = KeywordIndex()
     with snapshot(store_path) as conn:
         index.prime(conn)
-    monkeypatch.setattr(keyword_index, "_ensure_vocab", _fail)
+    monkeypatch.setattr(SqlitePostingRows, "term_postings", _fail)
+    monkeypatch.setattr(SqlitePostingRows, "term_size", _fail)
     # Terms cached before the appends and terms first asked after them, a brand-new word too.
     terms = ["garden", "tomato", "quokka"]
     with snapshot(store_path) as conn:
@@ -519,8 +567,8 @@ def prime_while(
     them (what a turn or an erase on another thread can do)."""
     real_read = keyword_index._read_all_postings
 
-    def read_then(conn: sqlite3.Connection, vocab: str) -> object:
-        preloaded = real_read(conn, vocab)  # from the prime's (older) snapshot
+    def read_then(conn: SqliteTx, corpus: str) -> object:
+        preloaded = real_read(conn, corpus)  # from the prime's (older) snapshot
         meanwhile()
         return preloaded
 
@@ -553,7 +601,7 @@ def test_a_preload_over_a_changed_table_is_dropped_and_asked_again(
 ) -> None:
     index = KeywordIndex()
     with snapshot(store_path) as conn:
-        session = conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
+        session = conn.conn.execute("SELECT min(session_id) FROM chunks").fetchone()[0]
 
     def erase() -> None:
         filled.erase(session_id=session)
@@ -595,18 +643,15 @@ def test_too_many_appended_postings_drop_the_preload(
 
 
 def test_the_first_recall_has_the_worker_preload_the_store(
-    make_store: Callable[..., elastimem.Elastimem],
+    make_store: Callable[..., elastimem.Elastimem], used_indexes: list[KeywordIndex]
 ) -> None:
     mem = make_store(tier_override="standard")
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
-    index = mem._services.keyword.chunks
-    assert not index.preloaded
+    assert not used_indexes
     assert mem.recall("lighthouse keeper")
-    deadline = time.monotonic() + 10
-    while not index.preloaded and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert index.preloaded
+    chunks = [i for i in used_indexes if i.table.name == "chunks"]
+    assert chunks and wait_until(lambda: chunks[0].preloaded, 10)
     assert [h.id for h in mem.recall("lighthouse keeper", k=30)] == [
         h.id for h in mem.recall("lighthouse keeper", k=30)
     ]
@@ -620,13 +665,13 @@ def test_a_stores_two_indexes_tokenise_a_new_term_once(
     filled: elastimem.Elastimem, store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[list[str]] = []
-    real = keyword_index._Tokenizer.tokens
+    real = SqliteTokenizer.tokens
 
     def counted(self: object, texts: list[str]) -> list[list[str]]:
         calls.append(list(texts))
         return real(self, texts)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(keyword_index._Tokenizer, "tokens", counted)
+    monkeypatch.setattr(SqliteTokenizer, "tokens", counted)
     indexes = keyword_index.KeywordIndexes()
     try:
         with snapshot(store_path) as conn:

@@ -37,6 +37,9 @@ def test_split_scores_equal_one_thread_scores(rows: int, threads: int) -> None:
 
 def test_large_scans_use_helper_threads_and_reuse_them() -> None:
     matrix = np.ones((3 * PARALLEL_MIN_ROWS, 8), dtype=np.float32)
+    # A scorer closed by an earlier test ends its helper a moment later: let it go first, or
+    # it is counted here and then missing.
+    wait_until(lambda: not _helpers())
     scorer = RowScorer(2)
     before = len(_helpers())
     try:

@@ -722,7 +722,7 @@ def test_the_model_starts_loading_at_open_when_the_store_has_its_vectors(
     embedders._shared_backend = None
     count = len(fake_fastembed.instances)
     with elastimem.Elastimem(path, tier_override="full") as mem:
-        assert mem._worker.wait_for(lambda: len(fake_fastembed.instances) > count, 30)
+        assert wait_until(lambda: len(fake_fastembed.instances) > count, 30)
     with elastimem.Elastimem(path, tier_override="lite") as mem:
         assert mem.explain("border collie").vector_leg == "not_loaded"
 

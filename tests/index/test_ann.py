@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -22,9 +21,16 @@ import pytest
 import elastimem
 from elastimem.index import ann as ann_module
 from elastimem.storage.sqlite import database as db_module
-
-from .conftest import HashEmbedder
-from .test_vectors import LABEL, add_chunks, index_for, needs_usearch, search, unit_rows
+from tests import rows as raw
+from tests.conftest import HashEmbedder
+from tests.index.chunk_vectors import (
+    LABEL,
+    add_chunks,
+    index_for,
+    needs_usearch,
+    search,
+    unit_rows,
+)
 
 
 @pytest.fixture
@@ -34,12 +40,12 @@ def database(tmp_path: Path) -> Iterator[db_module.Database]:
     store.close()
 
 
-def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[tuple[str, str]]:
+def _plans(database: db_module.Database, statements: list[str]) -> list[tuple[str, str]]:
     """``(statement, plan)`` for each captured SELECT that reads the embedding column."""
     out = []
     for sql in statements:
         if sql.lstrip().upper().startswith("SELECT") and "embedding FROM chunks" in sql:
-            rows = conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall()
+            rows = raw.rows(database, "EXPLAIN QUERY PLAN " + sql)
             out.append((sql, " | ".join(str(r[3]) for r in rows)))
     return out
 
@@ -48,7 +54,8 @@ def _plans(conn: sqlite3.Connection, statements: list[str]) -> list[tuple[str, s
 def _tracing(database: db_module.Database) -> Iterator[list[str]]:
     """Every statement this thread's read connection runs (``read()`` reuses it)."""
     statements: list[str] = []
-    conn = database._reader()
+    with database.read() as tx:
+        conn = tx.conn
     conn.set_trace_callback(statements.append)
     try:
         yield statements
@@ -63,8 +70,7 @@ def test_the_full_load_walks_the_table_without_sorting(database: db_module.Datab
     query = unit_rows(rng, 1, 8)[0]
     with _tracing(database) as statements:
         search(index, database, query, 5)
-    with database.read() as conn:
-        plans = _plans(conn, statements)
+    plans = _plans(database, statements)
     assert plans, statements
     for sql, plan in plans:
         assert "TEMP B-TREE" not in plan and "idx_chunks_embedding" not in plan, (sql, plan)
@@ -81,8 +87,7 @@ def test_the_hnsw_build_reads_blocks_by_rowid(
     with _tracing(database) as statements:
         built = ann_module.build(database, LABEL, 8)
     assert built.size == 250
-    with database.read() as conn:
-        plans = _plans(conn, statements)
+    plans = _plans(database, statements)
     assert len(plans) == 4  # 100 + 100 + 50 rows, then an empty block
     for sql, plan in plans:
         assert "INTEGER PRIMARY KEY" in plan and "TEMP B-TREE" not in plan, (sql, plan)
@@ -155,9 +160,14 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     for i in range(30):
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     assert mem.drain(10)
-    assert mem._vectors.build_ann_now(LABEL, embedder.dim)
     mem.close()
-    root = Path(__file__).resolve().parent.parent
+    database = db_module.open_store(store_path)
+    try:
+        assert index_for(database, vector_backend="hnsw").build_ann_now(LABEL, embedder.dim)
+    finally:
+        database.close()
+    built_at = raw.rows(store_path, "SELECT built_at FROM ann_index")
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", _REOPEN_WITHOUT_USEARCH, str(store_path)],
         capture_output=True,
@@ -176,7 +186,8 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     # The snapshot is only a cache, and it is still there for a process that has usearch.
     again = make_store(embedder=HashEmbedder(), vector_backend="hnsw")
     assert again.recall("lighthouse keeper", 5)
-    assert again.stats()["vector_backend"] == "hnsw" and not again._vectors._ann_building
+    assert again.stats()["vector_backend"] == "hnsw"
+    assert raw.rows(store_path, "SELECT built_at FROM ann_index") == built_at  # not rebuilt
 
 
 @needs_usearch

@@ -361,7 +361,7 @@ def test_usearch_imported_first_never_crashes_the_load(who: str, converted: Path
     if not ann.usearch_available():  # imports onnxruntime first, as this test is about
         pytest.skip("the vec extra (usearch) is not installed")
     first = (
-        "from elastimem import ann; assert ann.usearch_available()"
+        "from elastimem.index import ann; assert ann.usearch_available()"
         if who == "elastimem"
         else "import usearch.index"
     )

@@ -1,0 +1,67 @@
+"""Rows the contract suite needs from families that cannot write them yet (sessions, chunks,
+facts), written through the test's own connection (``tests.rows``).
+
+Backend-specific on purpose and kept in this one file: a second backend adds its own way
+to seed the same rows, and the contract tests above it stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests import rows as raw
+
+
+def add_session(database: Any, started_at: str = "2025-01-01T10:00:00.000000Z") -> int:
+    """A new session with one message; its id."""
+    with raw.connect(database) as conn:
+        sid = int(
+            conn.execute("INSERT INTO sessions (started_at) VALUES (?)", (started_at,)).lastrowid
+            or 0
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, turn, role, content, created_at) "
+            "VALUES (?, 1, 'user', 'x', ?)",
+            (sid, started_at),
+        )
+    return sid
+
+
+def add_chunks(
+    database: Any, session_id: int, texts: list[str], *, created_at: str | None = None
+) -> list[int]:
+    """One chunk per text in ``session_id`` (no vector); their ids, ascending."""
+    ids: list[int] = []
+    with raw.connect(database) as conn:
+        msg = conn.execute(
+            "SELECT min(id) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+        for i, text in enumerate(texts):
+            at = created_at or f"2025-01-01T10:00:{i % 60:02d}.000000Z"
+            cur = conn.execute(
+                "INSERT INTO chunks (session_id, first_msg_id, last_msg_id, text, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (session_id, msg, msg, text, at),
+            )
+            ids.append(int(cur.lastrowid or 0))
+    return ids
+
+
+def add_facts(database: Any, pairs: list[tuple[str, str]]) -> list[int]:
+    """One live note per ``(key, value)``; their ids, ascending."""
+    ids: list[int] = []
+    at = "2025-01-01T10:00:00.000000Z"
+    with raw.connect(database) as conn:
+        for key, value in pairs:
+            cur = conn.execute(
+                "INSERT INTO facts (key, value, category, source, importance, created_at, "
+                "valid_from) VALUES (?, ?, 'note', 'explicit', 0.5, ?, ?)",
+                (key, value, at, at),
+            )
+            ids.append(int(cur.lastrowid or 0))
+    return ids
+
+
+def delete_chunks(database: Any, ids: list[int]) -> None:
+    with raw.connect(database) as conn:
+        conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in ids])
