@@ -372,7 +372,7 @@ class PostgresDatabase:
         conn = self._begin(write=False)
         try:
             try:
-                yield PostgresTx(conn, self.user_id)
+                yield PostgresTx(conn, self.user_id, writable=False)
             except psycopg.Error as exc:
                 raise self._translate(exc, "read") from exc
             finally:

@@ -1,8 +1,9 @@
 """``storage.tx.Tx`` on PostgreSQL: one pooled connection inside one transaction, scoped to
 one user.
 
-The ``meta`` family is implemented; the other families raise ``NotImplementedError`` until
-their methods, being moved behind the seam now, are written for PostgreSQL (issue #18).
+The families in ``IMPLEMENTED_FAMILIES`` are implemented; the others raise
+``NotImplementedError`` until their methods, being moved behind the seam now, are written for
+PostgreSQL (issue #18).
 """
 
 from __future__ import annotations
@@ -20,15 +21,20 @@ from ..postings import PostingRows
 from ..stats import StatsRows
 from ..transcript import TranscriptRows
 from ..vectors import VectorRows
+from .facts import PostgresFactRows
+from .graph import PostgresGraphRows
+from .lessons import PostgresLessonRows
 from .meta import PostgresMetaRows
+from .transcript import PostgresTranscriptRows
 
 # The families written for PostgreSQL so far; the others raise NotImplementedError.
-IMPLEMENTED_FAMILIES = frozenset({"meta"})
+IMPLEMENTED_FAMILIES = frozenset({"meta", "transcript", "facts", "lessons", "graph"})
 
 
 def _not_yet(family: str) -> NoReturn:
     raise NotImplementedError(
-        f"the {family} family is not implemented on PostgreSQL yet (issue #18); only meta is"
+        f"the {family} family is not implemented on PostgreSQL yet (issue #18); these are: "
+        + ", ".join(sorted(IMPLEMENTED_FAMILIES))
     )
 
 
@@ -36,39 +42,42 @@ class PostgresTx:
     """The families of one PostgreSQL transaction for ``user_id``.
 
     ``conn`` (a psycopg connection) is for code inside ``storage.postgres`` only.
+    ``writable`` is False in a read-only snapshot (``database.read()`` outside a write),
+    where families take no row locks.
     """
 
-    def __init__(self, conn: Any, user_id: str) -> None:
+    def __init__(self, conn: Any, user_id: str, *, writable: bool = True) -> None:
         self.conn = conn
         self.user_id = user_id
+        self.writable = writable
 
     @cached_property
     def meta(self) -> PostgresMetaRows:
         return PostgresMetaRows(self.conn, self.user_id)
 
-    @property
+    @cached_property
     def transcript(self) -> TranscriptRows:
-        _not_yet("transcript")
+        return PostgresTranscriptRows(self.conn, self.user_id)
 
-    @property
+    @cached_property
     def facts(self) -> FactRows:
-        _not_yet("facts")
+        return PostgresFactRows(self.conn, self.user_id, writable=self.writable)
 
     @property
     def fact_vectors(self) -> FactVectorRows:
         _not_yet("fact_vectors")
 
-    @property
+    @cached_property
     def lessons(self) -> LessonRows:
-        _not_yet("lessons")
+        return PostgresLessonRows(self.conn, self.user_id)
 
     @property
     def jobs(self) -> JobRows:
         _not_yet("jobs")
 
-    @property
+    @cached_property
     def graph(self) -> GraphRows:
-        _not_yet("graph")
+        return PostgresGraphRows(self.conn, self.user_id)
 
     @property
     def vectors(self) -> VectorRows:
