@@ -420,25 +420,18 @@ def _past_hits(
     signal: Any,
     leg: Any,
 ) -> list[Any]:
-    from .runtime.background import keyword_index
+    """The past moments: the one query path over chunks outside the current session, with
+    the vector leg started and the graph signal read earlier in the plan."""
+    from .retrieval.query import rank_query
 
-    terms = query_terms(text)
-    if not terms:
-        return []
-    config = services.config()
-    with services.db.read() as conn:
-        ranking = retrieval.rank(
-            conn,
-            terms,
-            k=profile.episodic_top_k,
-            kinds=frozenset({"chunk"}),
-            filters=retrieval.Filters(exclude_session=session_id),
-            fts_enabled=services.db.fts_enabled,
-            chunk_half_life=config.episodic_recency_half_life_days,
-            fact_half_life=config.fact_recency_half_life_days,
-            vector_leg=leg,
-            graph=signal,
-            keyword_index=keyword_index(services, profile),
-            question=text,
-        )
-    return ranking.hits
+    ranking, _signal = rank_query(
+        services,
+        text,
+        k=profile.episodic_top_k,
+        kinds=frozenset({"chunk"}),
+        filters=retrieval.Filters(exclude_session=session_id),
+        profile=profile,
+        signal=signal,
+        vector_leg=leg,
+    )
+    return ranking.hits if ranking is not None else []

@@ -32,15 +32,18 @@ from .errors import ClosedError, ConfigError
 from .governor import Governor, MemoryProfile
 from .index.embedders import BuiltinEmbedder
 from .index.vectors import EmbeddingSource, VectorIndex
-from .memory import episodic, fact_vectors, procedural, semantic
+from .memory import episodic, procedural, semantic
 from .retrieval import rank as retrieval
+from .retrieval.legs import graph_signal
+from .retrieval.query import UNSET, rank_query
+from .retrieval.timeline import resolve_timeline_key
 from .runtime import background, lifecycle
 from .runtime import queue as jobs
 from .runtime.gate import LLMGate
 from .runtime.session import SessionState, bump_writes
 from .runtime.tokens import TokenEstimate
 from .storage.sqlite import database as db
-from .text import normalize_key, query_terms, sanitize
+from .text import normalize_key, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
 
 logger = logging.getLogger("elastimem")
@@ -311,7 +314,7 @@ class Elastimem:
         try:
             text = _query_text(query)  # inside the guard: str() of a host object can raise
             with self._db.read() as conn:
-                key, how = background.resolve_timeline_key(conn, text, self._db.fts_enabled)
+                key, how = resolve_timeline_key(conn, text, self._db.fts_enabled)
                 versions = tuple(semantic.history(conn, key)) if key else ()
             return TimelineResult(text, key, how, versions)
         except ClosedError:
@@ -397,8 +400,8 @@ class Elastimem:
             if k <= 0:
                 return ExplainResult(text, hops)
             ranking, signal = self._rank(text, k, VALID_KINDS, retrieval.Filters())
-            if signal is self._UNSET:  # no ranking, so no signal read with it
-                signal = background.graph_signal(self._services, text)
+            if signal is UNSET:  # no ranking, so no signal read with it
+                signal = graph_signal(self._services, text)
             traversal = signal.traversal() if signal else []
             if ranking is None:
                 return ExplainResult(text, hops, graph_traversal=traversal)
@@ -409,8 +412,6 @@ class Elastimem:
             logger.error("explain failed: %s", _failure(exc))
             return ExplainResult(text, 0)
 
-    _UNSET: Any = object()
-
     def _rank(
         self,
         query: object,
@@ -418,42 +419,19 @@ class Elastimem:
         kinds: frozenset[str],
         filters: retrieval.Filters,
         *,
-        signal: Any = _UNSET,
+        signal: Any = UNSET,
     ) -> tuple[retrieval.Ranking | None, Any]:
-        """The ranking and the graph signal it used (``_UNSET`` when the query has no terms
-        and nothing was ranked). Unless given, the signal is read inside the ranking's own
-        read snapshot: one transaction per query instead of two."""
-        text = _query_text(query)
-        terms = query_terms(text)
-        if not terms:
-            return None, signal
-        profile = self._governor.profile
-        vector_leg = None
-        report = background.VectorLegReport()
-        if "chunk" in kinds:
-            vector_leg = background.vector_leg(self._services, text, profile, report)
-        fact_leg = fact_vectors.leg(self._services, text, profile) if "fact" in kinds else None
-        config = self._config
-        with self._db.read() as conn:
-            if signal is self._UNSET:
-                signal = background.graph_signal(self._services, text, conn)
-            ranking = retrieval.rank(
-                conn,
-                terms,
-                k=k,
-                kinds=kinds,
-                filters=filters,
-                fts_enabled=self._db.fts_enabled,
-                chunk_half_life=config.episodic_recency_half_life_days,
-                fact_half_life=config.fact_recency_half_life_days,
-                vector_leg=vector_leg,
-                graph=signal,
-                keyword_index=background.keyword_index(self._services, profile),
-                fact_vector_leg=fact_leg,
-                question=text,
-            )
-        ranking.vector_leg = report.state
-        return ranking, signal
+        """The ranking and the graph signal it used (``UNSET`` when the query has no terms
+        and nothing was ranked), through the one query path (``retrieval.query``)."""
+        return rank_query(
+            self._services,
+            _query_text(query),
+            k=k,
+            kinds=kinds,
+            filters=filters,
+            profile=self._governor.profile,
+            signal=signal,
+        )
 
     # -- context -----------------------------------------------------------------------------
 

@@ -482,11 +482,12 @@ def test_hanging_embedder_leaves_the_store_responsive(
     figure: Any,
 ) -> None:
     """A host embedder that never returns: recall still answers from the keyword leg within
-    ``background.QUERY_EMBED_TIMEOUT_SECONDS`` and the worker keeps running LLM work."""
-    from elastimem.runtime import background
+    ``legs.QUERY_EMBED_TIMEOUT_SECONDS`` and the worker keeps running LLM work."""
+    from elastimem.jobs import embed
+    from elastimem.retrieval import legs
 
-    monkeypatch.setattr(background, "QUERY_EMBED_TIMEOUT_SECONDS", 0.5, raising=False)
-    monkeypatch.setattr(background, "EMBED_CALL_TIMEOUT_SECONDS", 1.0, raising=False)
+    monkeypatch.setattr(legs, "QUERY_EMBED_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(embed, "EMBED_CALL_TIMEOUT_SECONDS", 1.0)
     real = VecEmbedder(64)
     hang = HangingCallable(result=real, limit=30)
     llm = HostLLM()

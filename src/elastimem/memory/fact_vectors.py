@@ -16,28 +16,21 @@ matrix of the live, unarchived facts' vectors (``FactVectorCache``), reloaded wh
 write or delete, v7) moves, whichever process made the change. Live facts still without a
 vector of the model (up to ``WAITING_FACTS_LIMIT``, listed with the matrix) are embedded for
 the query itself, so a fact is found by meaning before the worker has stored its vector.
+
+Where the rest lives: the rows behind ``tx.fact_vectors`` (``storage.fact_vectors``), the
+embed job and ``queue`` in ``jobs.embed``, the query-time leg in ``retrieval.legs``.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..retrieval.rank import FACT_CANDIDATES, FactVectorFinish, Filters
-from ..runtime import queue as jobs
-from ..storage.sqlite.migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
 from ..storage.tx import Tx
-
-if TYPE_CHECKING:
-    from ..governor import MemoryProfile
-    from ..runtime.background import Services
-
-logger = logging.getLogger("elastimem")
 
 _TS_DTYPE = "S27"  # the fixed-width canonical timestamp, compared as bytes
 
@@ -61,36 +54,17 @@ def fact_text(key: str, value: str) -> str:
 
 def pending(conn: Tx, label: str, dim: int | None, limit: int) -> list[tuple[int, str, str]]:
     """``(id, key, value)`` of live, unarchived facts without a vector of ``label``/``dim``."""
-    return [
-        (int(r[0]), str(r[1]), str(r[2]))
-        for r in conn.execute(
-            "SELECT f.id, f.key, f.value FROM facts f WHERE f.invalidated_at IS NULL "
-            "AND f.archived = 0 AND NOT EXISTS (SELECT 1 FROM fact_vectors v "
-            "WHERE v.fact_id = f.id AND v.embedding_model = ? AND v.embedding_dim IS ?) "
-            "ORDER BY f.id LIMIT ?",
-            (label, dim if dim is not None else -1, limit),
-        )
-    ]
+    return conn.fact_vectors.pending(label, dim, limit)
 
 
 def any_without_vector(conn: Tx) -> bool:
     """Whether a live, unarchived fact has no vector at all (of any model)."""
-    row = conn.execute(
-        "SELECT 1 FROM facts f WHERE f.invalidated_at IS NULL AND f.archived = 0 AND NOT EXISTS "
-        "(SELECT 1 FROM fact_vectors v WHERE v.fact_id = f.id) LIMIT 1"
-    ).fetchone()
-    return row is not None
+    return conn.fact_vectors.any_without_vector()
 
 
 def all_live(conn: Tx) -> list[tuple[int, str, str]]:
     """``(id, key, value)`` of every live, unarchived fact (``reindex(force=True)``)."""
-    return [
-        (int(r[0]), str(r[1]), str(r[2]))
-        for r in conn.execute(
-            "SELECT id, key, value FROM facts WHERE invalidated_at IS NULL AND archived = 0 "
-            "ORDER BY id"
-        )
-    ]
+    return conn.fact_vectors.all_live()
 
 
 def write(
@@ -108,15 +82,8 @@ def write(
     dim = int(matrix.shape[1])
     written = 0
     for (fact_id, key, value), vector in zip(rows, matrix, strict=True):
-        row = conn.execute("SELECT key, value FROM facts WHERE id = ?", (fact_id,)).fetchone()
-        if row is None or (str(row[0]), str(row[1])) != (key, value):
-            continue
-        conn.execute(
-            "INSERT OR REPLACE INTO fact_vectors (fact_id, embedding_model, embedding_dim, "
-            "embedding) VALUES (?, ?, ?, ?)",
-            (fact_id, label, dim, np.asarray(vector, dtype="<f4").tobytes()),
-        )
-        written += 1
+        if conn.fact_vectors.put(fact_id, key, value, label, vector):
+            written += 1
     # The dimension written is the active one, as for the chunks (vectors.write_vectors): a
     # host embedder that changed its dimension leaves it here, or the next process would
     # search the facts with the old one and find none of those re-embedded since.
@@ -125,20 +92,22 @@ def write(
     return written
 
 
-def queue(conn: Tx, services: Services) -> None:
-    """Ask for an embed job for facts just written (in the writer's transaction), unless
-    one is already queued (every embed job embeds the pending facts) or none could run."""
-    profile = services.profile()
-    if not profile.embeddings_enabled or not services.embedding.can_embed_passages():
-        return
-    owner = services.owner
-    queued = conn.execute(
-        "SELECT 1 FROM jobs WHERE kind = 'embed' AND state = 'queued' AND owner_pid = ? "
-        "AND owner_host = ? LIMIT 1",
-        (owner.pid, owner.host),
-    ).fetchone()
-    if queued is None:
-        jobs.enqueue(conn, "embed", owner, payload={"facts": True})
+def queue(conn: Tx, services: Any) -> None:
+    """``jobs.embed.queue_fact_embedding``.
+
+    TRANSITIONAL shim: the lead rewrites callers at merge (portability)."""
+    from ..jobs.embed import queue_fact_embedding
+
+    queue_fact_embedding(conn, services)
+
+
+def leg(services: Any, text: str, profile: Any) -> Any:
+    """``retrieval.legs.fact_vector_leg``.
+
+    TRANSITIONAL shim: the lead rewrites callers at merge (assembly)."""
+    from ..retrieval.legs import fact_vector_leg
+
+    return fact_vector_leg(services, text, profile)
 
 
 # -- querying -----------------------------------------------------------------------------------
@@ -152,25 +121,32 @@ class FactMatrix:
     valid_from: np.ndarray
     vectors: np.ndarray
 
-    def search(self, query: np.ndarray, filters: Filters, n: int) -> list[tuple[int, float]]:
-        """The top ``n`` facts by exact cosine among those passing ``filters``' time
-        bounds, ordered ``(-score, -id)``."""
+    def search(
+        self, query: np.ndarray, n: int, *, since: str | None = None, until: str | None = None
+    ) -> list[tuple[int, float]]:
+        """The top ``n`` facts by exact cosine among those valid from ``since`` (inclusive)
+        to ``until`` (exclusive), ordered ``(-score, -id)``."""
         if self.ids.size == 0 or n <= 0:
             return []
         scores = np.add.reduce(
             self.vectors.astype(np.float64) * np.asarray(query, dtype=np.float64), axis=1
         )
         keep = np.ones(self.ids.size, dtype=bool)
-        if filters.since is not None:
-            keep &= self.valid_from >= filters.since.encode("ascii")
-        if filters.until is not None:
-            keep &= self.valid_from < filters.until.encode("ascii")
+        if since is not None:
+            keep &= self.valid_from >= since.encode("ascii")
+        if until is not None:
+            keep &= self.valid_from < until.encode("ascii")
         ids, scores = self.ids[keep], scores[keep]
         order = np.lexsort((-ids, -scores))[:n]
         return [(int(ids[i]), float(scores[i])) for i in order]
 
 
-_EMPTY = FactMatrix(
+def timestamps(values: Sequence[str]) -> np.ndarray:
+    """``FactMatrix.valid_from`` for these timestamps (fixed-width bytes, compared as such)."""
+    return np.array([str(v).encode("ascii", "replace")[:27] for v in values], _TS_DTYPE)
+
+
+EMPTY_MATRIX = FactMatrix(
     np.zeros(0, dtype=np.int64), np.zeros(0, dtype=_TS_DTYPE), np.zeros((0, 0), np.float32)
 )
 
@@ -182,7 +158,7 @@ class FactVectorCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._key: tuple[object, ...] | None = None
-        self._matrix = _EMPTY
+        self._matrix = EMPTY_MATRIX
         self._waiting: list[tuple[int, str, str, str]] = []
         # Vectors made for queries of facts still waiting, by (label, dim, id, text): a store
         # the worker cannot write to (read-only) embeds them once, not at every recall.
@@ -192,34 +168,20 @@ class FactVectorCache:
         self, conn: Tx, label: str, dim: int
     ) -> tuple[FactMatrix, list[tuple[int, str, str, str]]]:
         """``conn`` inside one read snapshot."""
-        stamps = dict(
-            conn.execute(
-                "SELECT key, value FROM meta WHERE key IN (?, ?)",
-                (FACTS_STAMP_KEY, FACT_VECTORS_STAMP_KEY),
-            ).fetchall()
-        )
-        key = (stamps.get(FACTS_STAMP_KEY), stamps.get(FACT_VECTORS_STAMP_KEY), label, dim)
+        key = (*conn.fact_vectors.stamps(), label, dim)
         with self._lock:
             if key == self._key:
                 return self._matrix, self._waiting
-        rows = conn.execute(
-            "SELECT f.id, f.valid_from, v.embedding FROM facts f JOIN fact_vectors v "
-            "ON v.fact_id = f.id WHERE f.invalidated_at IS NULL AND f.archived = 0 "
-            "AND v.embedding_model = ? AND v.embedding_dim = ? ORDER BY f.id",
-            (label, dim),
-        ).fetchall()
-        rows = [r for r in rows if r[2] is not None and len(r[2]) == 4 * dim]
+        rows = [r for r in conn.fact_vectors.live_vectors(label, dim) if len(r[2]) == 4 * dim]
         if rows:
             matrix = FactMatrix(
                 np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-                np.array([str(r[1]).encode("ascii", "replace")[:27] for r in rows], _TS_DTYPE),
-                np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype="<f4").reshape(
-                    len(rows), dim
-                ),
+                timestamps([r[1] for r in rows]),
+                np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), dim),
             )
         else:
-            matrix = _EMPTY
-        waiting = _waiting(conn, label, dim)
+            matrix = EMPTY_MATRIX
+        waiting = conn.fact_vectors.waiting(label, dim, WAITING_FACTS_LIMIT)
         wanted = {(label, dim, r[0], fact_text(r[1], r[2])) for r in waiting}
         with self._lock:
             self._key, self._matrix, self._waiting = key, matrix, waiting
@@ -237,137 +199,11 @@ class FactVectorCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._key, self._matrix, self._waiting = None, _EMPTY, []
+            self._key, self._matrix, self._waiting = None, EMPTY_MATRIX, []
             self._inline = {}
-
-
-# (conn, filters) -> its finisher, started inside the ranking's read snapshot.
-FactVectorLeg = Callable[[Tx, Filters], FactVectorFinish]
-
-
-def leg(services: Services, text: str, profile: MemoryProfile) -> FactVectorLeg | None:
-    """The facts' vector leg for one query, or None when the gate of §5.6 says no.
-
-    Run after the chunks' vector leg (recall ranks chunks first; build_context orders its
-    facts after the past moments), so the query vector is normally in the query cache by
-    then; otherwise it is embedded here, bounded as the chunks' leg is.
-    """
-    from ..runtime.background import QUERY_EMBED_TIMEOUT_SECONDS, active_dim, vector_gate
-
-    source = services.embedding
-    # The same gate as the chunks' leg: a built-in model still loading is waited for (it
-    # already was when chunks are asked for too), so recall(kinds=["fact"]) never answers
-    # without meaning while the model loads.
-    if vector_gate(services, profile) != "ready":
-        return None
-    label = source.label
-    if label is None:
-        return None
-
-    def start(conn: Tx, filters: Filters) -> FactVectorFinish:
-        dim = source.dims.get(label) or active_dim(services, conn, label)
-        if dim is None:
-            return _no_vectors
-        matrix, waiting = services.fact_vectors.matrix(conn, label, dim)
-        if not source.can_embed_passages():
-            waiting = []
-
-        def finish() -> list[tuple[int, float]] | None:
-            if matrix.ids.size == 0 and not waiting:
-                return []  # the leg ran and found nothing: no query vector needed
-            vector = _query_vector(services, text, label, QUERY_EMBED_TIMEOUT_SECONDS)
-            if vector is None or vector.shape[0] != dim:
-                return None  # no query vector: the ranking runs without this leg
-            found = matrix.search(vector, filters, FACT_CANDIDATES)
-            extra = _embed_waiting(services, waiting, label, dim, QUERY_EMBED_TIMEOUT_SECONDS)
-            if extra.ids.size == 0:
-                return found
-            found += extra.search(vector, filters, FACT_CANDIDATES)
-            found.sort(key=lambda hit: (-hit[1], -hit[0]))
-            return found[:FACT_CANDIDATES]
-
-        return finish
-
-    return start
-
-
-def _no_vectors() -> list[tuple[int, float]]:
-    return []
 
 
 # Live facts the worker has not embedded yet (just written, imported from an older export,
 # or stored before v7) are embedded for the query itself, up to this many: without them a
 # fact is found only by its words until the embed job or the backfill has run.
 WAITING_FACTS_LIMIT = 32
-
-
-def _waiting(conn: Tx, label: str, dim: int) -> list[tuple[int, str, str, str]]:
-    """``(id, key, value, valid_from)`` of live facts without a vector of ``label``/``dim``."""
-    return [
-        (int(r[0]), str(r[1]), str(r[2]), str(r[3]))
-        for r in conn.execute(
-            "SELECT f.id, f.key, f.value, f.valid_from FROM facts f WHERE f.invalidated_at "
-            "IS NULL AND f.archived = 0 AND NOT EXISTS (SELECT 1 FROM fact_vectors v "
-            "WHERE v.fact_id = f.id AND v.embedding_model = ? AND v.embedding_dim = ?) "
-            "ORDER BY f.id DESC LIMIT ?",
-            (label, dim, WAITING_FACTS_LIMIT),
-        )
-    ]
-
-
-def _embed_waiting(
-    services: Services,
-    rows: list[tuple[int, str, str, str]],
-    label: str,
-    dim: int,
-    timeout: float,
-) -> FactMatrix:
-    """The vectors of ``rows`` for this query (the worker stores them; until then they are
-    kept in memory), or none when the embedder fails or answers in another dimension."""
-    if not rows:
-        return _EMPTY
-    cache = services.fact_vectors
-    texts = [fact_text(key, value) for _, key, value, _ in rows]
-    vectors: list[Any] = [cache.inline(label, dim, r[0], t) for r, t in zip(rows, texts)]
-    missing = [i for i, v in enumerate(vectors) if v is None]
-    if missing:
-        watchdog = services.query_watchdog
-        if watchdog.stuck:
-            return _EMPTY
-        try:
-            made = watchdog.call(
-                timeout,
-                services.embedding.embed_passages,
-                [texts[i] for i in missing],
-                count_failure=False,
-            )
-        except Exception as exc:  # a CallTimeout too: the stored vectors still serve
-            logger.debug("embedding facts for a query failed (%s)", type(exc).__name__)
-            return _EMPTY
-        if made.shape != (len(missing), dim):
-            return _EMPTY
-        for i, vector in zip(missing, made, strict=True):
-            vectors[i] = vector
-            cache.keep_inline(label, dim, rows[i][0], texts[i], vector)
-    return FactMatrix(
-        np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-        np.array([r[3].encode("ascii", "replace")[:27] for r in rows], _TS_DTYPE),
-        np.asarray(np.stack(vectors), dtype=np.float32),
-    )
-
-
-def _query_vector(services: Services, text: str, label: str, timeout: float) -> Any:
-    source = services.embedding
-    known = source.dims.get(label)
-    for dim in dict.fromkeys((known, None)):
-        cached = source.query_cache.get(label, dim, text)
-        if cached is not None:
-            return cached
-    watchdog = services.query_watchdog
-    if watchdog.stuck:
-        return None
-    try:
-        return watchdog.call(timeout, source.query_vector, text, known)
-    except Exception as exc:  # a CallTimeout too: warned once, then at debug level
-        source.warn_query_failure(exc)
-        return None

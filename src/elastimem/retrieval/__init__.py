@@ -1,10 +1,13 @@
 """retrieval: the one query path from a question to ranked memory (SPEC §5.6, §5.14).
 
-Owns: the keyword, vector, fact-vector and graph legs of a query, their fusion and ranking
-(``rank``), the timeline, and warm-up. ``recall``, ``explain`` and ``build_context`` all come
-through here, so a hit scores the same wherever it is shown.
+Owns: the one query path (``query.rank_query``), the legs of a query (``legs``: the
+chunks' and the facts' vector legs, the graph signal), their fusion and ranking (``rank``),
+the timeline (``timeline``), and warm-up and priming with the keyword index a query uses
+(``warm``). ``recall``, ``explain`` and ``build_context`` all rank through ``rank_query``,
+so a hit scores the same wherever it is shown.
 May import: the base modules, policy, ``storage`` (through its interfaces), ``index``,
-``memory``, ``graph`` and ``runtime``. Never the facade (``store``) or the front ends.
+``memory``, ``graph`` and ``runtime``. Never ``jobs`` (its sibling: the job handlers), the
+facade (``store``) or the front ends.
 
 ``elastimem.retrieval`` keeps the names hosts import (``DEFAULT_WEIGHTS``, ``Weights``, the
 value types re-exported for older code).

@@ -43,7 +43,6 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import sqlite3
 import string
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -57,7 +56,6 @@ from ..index.keyword import KeywordIndex, KeywordIndexes
 from ..index.vectors import VectorHits
 from ..memory import semantic
 from ..storage.tx import Tx
-from ..text import em_fold, fts_match_expression
 from ..values import (
     ChunkScoreBreakdown,
     ExplainResult,
@@ -86,7 +84,6 @@ FTS_CANDIDATES = 50
 VECTOR_CANDIDATES = 50
 FACT_CANDIDATES = 20
 GRAPH_CANDIDATES = 10
-LIKE_TERMS = 8
 EXPLAIN_FACTS = 20
 
 
@@ -486,69 +483,32 @@ def chunk_fts_leg(
     if index is not None and filters.since is None and filters.until is None:
         excluded: list[int] = []
         if filters.exclude_session is not None:
-            excluded = [r[0] for r in conn.execute(
-                "SELECT id FROM chunks WHERE session_id = ?", (filters.exclude_session,)
-            )]  # fmt: skip
+            excluded = conn.transcript.session_chunk_ids(filters.exclude_session)
         best = index.top(conn, terms, limit, exclude=excluded)
         if best is not None:
             return normalise_with_floor(best, limit)
-    match = fts_match_expression(terms)
-    if filters.since is None and filters.until is None:
-        sql = "SELECT rowid, -bm25(chunks_fts) AS s FROM chunks_fts WHERE chunks_fts MATCH ?"
-        params: list[object] = [match]
-        if filters.exclude_session is not None:
-            sql += " AND rowid NOT IN (SELECT id FROM chunks WHERE session_id = ?)"
-            params.append(filters.exclude_session)
-        sql += " ORDER BY s DESC, rowid DESC LIMIT ?"
-    else:
-        where, extra = filters.chunk_sql("c")
-        sql = (
-            "SELECT c.id, -bm25(chunks_fts) AS s FROM chunks_fts "
-            "JOIN chunks c ON c.id = chunks_fts.rowid "
-            f"WHERE chunks_fts MATCH ?{where} ORDER BY s DESC, c.id DESC LIMIT ?"
-        )
-        params = [match, *extra]
-    try:
-        rows = conn.execute(sql, (*params, limit)).fetchall()
-    except sqlite3.Error as exc:
-        logger.debug("chunk FTS leg failed: %s", exc)
-        return {}
-    return normalise_with_floor([(int(r[0]), float(r[1])) for r in rows], limit)
-
-
-def _like_clause(expr: str, terms: list[str]) -> tuple[str, list[object]]:
-    """SQL counting the folded terms an expression contains. A one-character ASCII term
-    ("room 5") counts only as a word of its own: as a substring, "5" is in "59" and
-    "2025", and would match nearly every row."""
-    folded = [em_fold(t) for t in terms[:LIKE_TERMS]]
-    parts: list[str] = []
-    params: list[object] = []
-    for term in folded:
-        if len(term) == 1 and term.isascii() and term.isalnum():
-            parts.append(f"((' ' || {expr} || ' ') GLOB ?)")
-            params.append(f"*[^0-9a-z]{term}[^0-9a-z]*")
-        else:
-            parts.append(f"(instr({expr}, ?) > 0)")
-            params.append(term)
-    return " + ".join(parts), params
+    rows = conn.postings.chunk_matches(
+        terms,
+        limit,
+        exclude_session=filters.exclude_session,
+        since=filters.since,
+        until=filters.until,
+    )
+    return normalise_with_floor(rows, limit) if rows is not None else {}
 
 
 def chunk_like_leg(
     conn: Tx, terms: list[str], filters: Filters, limit: int = FTS_CANDIDATES
 ) -> dict[int, float]:
     """Keyword fallback without FTS5: count folded terms contained in each chunk."""
-    where, params = filters.chunk_sql("c")
-    matched, like_params = _like_clause("em_fold(c.text)", terms)
-    try:
-        rows = conn.execute(
-            f"SELECT id, m FROM (SELECT c.id AS id, ({matched}) AS m FROM chunks c "
-            f"WHERE 1 = 1{where}) WHERE m > 0 ORDER BY m DESC, id DESC LIMIT ?",
-            (*like_params, *params, limit),
-        ).fetchall()
-    except sqlite3.Error as exc:
-        logger.debug("chunk LIKE leg failed: %s", exc)
-        return {}
-    return _normalise_counts([(int(r[0]), float(r[1])) for r in rows])
+    rows = conn.postings.chunk_term_counts(
+        terms,
+        limit,
+        exclude_session=filters.exclude_session,
+        since=filters.since,
+        until=filters.until,
+    )
+    return _normalise_counts(rows) if rows is not None else {}
 
 
 def fact_keyword_leg(
@@ -569,7 +529,6 @@ def fact_keyword_leg(
     ``live_ids``, the live facts' ids when the caller has read them (build_context), saves
     the index looking them up, which makes it the cheaper way at any table size.
     """
-    where, params = filters.fact_sql("f") if live_only else ("", [])
     no_time_filter = filters.since is None and filters.until is None
     if fts_enabled and index is not None and no_time_filter and live_only and live_ids is not None:
         best = index.top(conn, terms, limit, only=live_ids, any_size=True)
@@ -587,28 +546,11 @@ def fact_keyword_leg(
             best = index.top(conn, terms, limit)
         if best is not None:
             return _normalise_bm25(best)
-    try:
-        if fts_enabled:
-            rows = conn.execute(
-                "SELECT f.id, -bm25(facts_fts) AS s FROM facts_fts "
-                "JOIN facts f ON f.id = facts_fts.rowid "
-                f"WHERE facts_fts MATCH ?{where} ORDER BY s DESC, f.id DESC LIMIT ?",
-                (fts_match_expression(terms), *params, limit),
-            ).fetchall()
-            return _normalise_bm25([(int(r[0]), float(r[1])) for r in rows])
-        # Keys are snake_case: fold '_' to a space so "favorite color" finds favorite_color.
-        matched, like_params = _like_clause(
-            "em_fold(replace(f.key, '_', ' ') || ' ' || f.value)", terms
-        )
-        rows = conn.execute(
-            f"SELECT id, m FROM (SELECT f.id AS id, ({matched}) AS m FROM facts f "
-            f"WHERE 1 = 1{where}) WHERE m > 0 ORDER BY m DESC, id DESC LIMIT ?",
-            (*like_params, *params, limit),
-        ).fetchall()
-        return _normalise_counts([(int(r[0]), float(r[1])) for r in rows])
-    except sqlite3.Error as exc:
-        logger.debug("fact keyword leg failed: %s", exc)
+    search = conn.postings.fact_matches if fts_enabled else conn.postings.fact_term_counts
+    rows = search(terms, limit, live_only=live_only, since=filters.since, until=filters.until)
+    if rows is None:
         return {}
+    return _normalise_bm25(rows) if fts_enabled else _normalise_counts(rows)
 
 
 def _live_fact_top(
@@ -624,10 +566,7 @@ def _live_fact_top(
         if not best:
             return best
         ids = [row_id for row_id, _ in best]
-        archived = {r[0] for r in conn.execute(
-            f"SELECT id FROM facts WHERE id IN ({','.join('?' * len(ids))}) AND archived != 0",
-            ids,
-        )}  # fmt: skip
+        archived = conn.facts.archived_among(ids)
         kept = [(row_id, score) for row_id, score in best if row_id not in archived]
         if len(kept) >= limit or len(best) < want:
             return kept[:limit]
@@ -728,15 +667,7 @@ def _fill_chunk_rows(conn: Tx, chunks: list[_Candidate]) -> None:
     """The text and message span of the few chunks that can be hits."""
     if not chunks:
         return
-    ids = [c.id for c in chunks]
-    rows = {
-        row[0]: row[1:]
-        for row in conn.execute(
-            "SELECT id, text, first_msg_id, last_msg_id FROM chunks "
-            f"WHERE id IN ({','.join('?' * len(ids))})",
-            ids,
-        )
-    }
+    rows = conn.transcript.chunk_spans([c.id for c in chunks])
     for c in chunks:
         text, c.first_msg_id, c.last_msg_id = rows.get(c.id, ("", None, None))
         c.text = str(text)
@@ -892,14 +823,10 @@ def _add_time_bonus(conn: Tx, fused: dict[int, float]) -> set[int]:
     text mentions a time (``mentions_time``); returns their ids."""
     ids = [cid for cid, relevance in fused.items() if relevance > 0]
     timed: set[int] = set()
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        for cid, text in conn.execute(
-            f"SELECT id, text FROM chunks WHERE id IN ({','.join('?' * len(part))})", part
-        ):
-            if mentions_time(str(text)):
-                fused[int(cid)] += TIME_MENTION_BONUS
-                timed.add(int(cid))
+    for cid, text in conn.transcript.chunk_texts(ids):
+        if mentions_time(text):
+            fused[cid] += TIME_MENTION_BONUS
+            timed.add(cid)
     return timed
 
 
@@ -925,16 +852,7 @@ def _finish_vector_leg(finish: VectorFinish | None) -> list[tuple[int, float]] |
 
 def _fetch_chunks(conn: Tx, ids: list[int]) -> list[tuple[int, int, str, float]]:
     """(id, session_id, created_at, importance) of each candidate that still exists."""
-    rows: list[tuple[int, int, str, float]] = []
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        for cid, session_id, created_at, importance in conn.execute(
-            "SELECT id, session_id, created_at, importance FROM chunks "
-            f"WHERE id IN ({','.join('?' * len(part))})",
-            part,
-        ):
-            rows.append((int(cid), int(session_id), str(created_at), float(importance)))
-    return rows
+    return conn.transcript.chunk_rows(ids)
 
 
 def _best_neighbours(
@@ -971,17 +889,8 @@ def _best_neighbours(
                 pair_up(a, b)  # nothing fits between: turns recorded one after another
             else:
                 pairs.append((a, b, session_id))
-    for start in range(0, len(pairs), 300):
-        part = pairs[start : start + 300]
-        values = ",".join("(?, ?, ?)" for _ in part)
-        adjacent = conn.execute(
-            f"WITH pair(a, b, s) AS (VALUES {values}) SELECT a, b FROM pair "
-            "WHERE NOT EXISTS (SELECT 1 FROM chunks c WHERE c.session_id = pair.s "
-            "AND c.id > pair.a AND c.id < pair.b)",
-            [value for pair in part for value in pair],
-        )
-        for a, b in adjacent:
-            pair_up(a, b)
+    for a, b in conn.transcript.consecutive_pairs(pairs):
+        pair_up(a, b)
     return best
 
 
@@ -1025,13 +934,8 @@ def _rank_facts(
     ids = sorted(set(matched) | set(lifted))
     if not ids:
         return []
-    rows = conn.execute(
-        "SELECT f.id, f.key, f.value, f.valid_from, f.importance FROM facts f "
-        f"WHERE f.id IN ({','.join('?' * len(ids))})",
-        ids,
-    ).fetchall()
     out: list[_Candidate] = []
-    for fid, key, value, valid_from, importance in rows:
+    for fid, key, value, valid_from, importance in conn.facts.candidate_rows(ids):
         relevance = matched.get(int(fid), 0.0)
         g, names = lifted.get(int(fid), (0.0, ()))
         if relevance <= 0 and g <= 0:

@@ -182,3 +182,26 @@ class FactRows(Protocol):
         """The ``n`` newest quarantine entries, oldest of them first, as dicts with the keys
         ts, key, value, reason, source."""
         ...
+
+    # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
+
+    def key_exists(self, key: str) -> bool:
+        """Whether any version (live or not) of ``key`` is stored."""
+        ...
+
+    def keys_of(self, ids: list[int]) -> list[tuple[int, str, bool]]:
+        """``(id, key, is live)`` of those fact versions that exist."""
+        ...
+
+    def archived_among(self, ids: list[int]) -> set[int]:
+        """Those of ``ids`` that are archived."""
+        ...
+
+    def candidate_rows(self, ids: list[int]) -> list[tuple[int, str, str, str, float]]:
+        """``(id, key, value, valid_from, importance)`` of those fact versions that exist."""
+        ...
+
+    def live_attributes(self, key: str) -> tuple[int, float, str | None, int | None] | None:
+        """``(id, importance, category, origin_session_id)`` of the live version of ``key``
+        (what a merge inherits), or None."""
+        ...

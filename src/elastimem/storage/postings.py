@@ -88,3 +88,59 @@ class PostingRows(Protocol):
     def tokenizer(self) -> Tokenizer:
         """A new tokenizer making the same tokens as the corpora's postings."""
         ...
+
+    # -- h15: keyword search without cached postings (the query path's fallback) ---------
+    # Each returns ``(id, score)`` best first (ties: higher id first), or None when the
+    # backend could not run the search (the query then goes on without this leg).
+
+    def chunk_matches(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        exclude_session: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        """Chunks by BM25 over their text (higher is better) among those outside
+        ``exclude_session`` created in ``[since, until)``."""
+        ...
+
+    def chunk_term_counts(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        exclude_session: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        """Chunks by how many of the (first eight, folded) terms their folded text contains,
+        for a store without a full-text index; chunks containing none are left out."""
+        ...
+
+    def fact_matches(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        live_only: bool = True,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        """Fact versions (live ones unless ``live_only`` is False, valid from ``[since,
+        until)``) by BM25 over key and value (higher is better)."""
+        ...
+
+    def fact_term_counts(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        live_only: bool = True,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        """As ``fact_matches`` for a store without a full-text index: by how many of the
+        folded terms the key (underscores as spaces) and value contain."""
+        ...

@@ -251,6 +251,55 @@ class SqliteFactRows:
         ).fetchall()
         return [dict(zip(_QUARANTINE_KEYS, row)) for row in reversed(rows)]
 
+    # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
+
+    def key_exists(self, key: str) -> bool:
+        row = self._conn.execute("SELECT 1 FROM facts WHERE key = ? LIMIT 1", (key,))
+        return row.fetchone() is not None
+
+    def keys_of(self, ids: list[int]) -> list[tuple[int, str, bool]]:
+        if not ids:
+            return []
+        return [
+            (int(r[0]), str(r[1]), bool(r[2]))
+            for r in self._conn.execute(
+                "SELECT id, key, invalidated_at IS NULL FROM facts "
+                f"WHERE id IN ({','.join('?' * len(ids))})",
+                ids,
+            )
+        ]
+
+    def archived_among(self, ids: list[int]) -> set[int]:
+        if not ids:
+            return set()
+        return {
+            int(r[0])
+            for r in self._conn.execute(
+                f"SELECT id FROM facts WHERE id IN ({','.join('?' * len(ids))}) AND archived != 0",
+                ids,
+            )
+        }
+
+    def candidate_rows(self, ids: list[int]) -> list[tuple[int, str, str, str, float]]:
+        if not ids:
+            return []
+        return [
+            (int(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4]))
+            for r in self._conn.execute(
+                "SELECT f.id, f.key, f.value, f.valid_from, f.importance FROM facts f "
+                f"WHERE f.id IN ({','.join('?' * len(ids))})",
+                ids,
+            )
+        ]
+
+    def live_attributes(self, key: str) -> tuple[int, float, str | None, int | None] | None:
+        row = self._conn.execute(
+            "SELECT id, importance, category, origin_session_id FROM facts "
+            "WHERE key = ? AND invalidated_at IS NULL",
+            (key,),
+        ).fetchone()
+        return None if row is None else (int(row[0]), float(row[1]), row[2], row[3])
+
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
 

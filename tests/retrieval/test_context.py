@@ -15,7 +15,9 @@ import elastimem
 from elastimem import assembly
 from elastimem.assembly import fit_lines
 from elastimem.memory import semantic
+from elastimem.storage.sqlite.database import open_store
 from tests.conftest import ScriptedLLM
+from tests.rows import one
 
 HEADINGS = [
     "WHAT YOU KNOW ABOUT THE USER",
@@ -88,8 +90,12 @@ def test_notes_without_relevance_follow_importance_then_recency(
     mem.remember("rule_note", "from a rule", source="rule")
     mem.remember("twin_a", "same day", at="2024-05-01")
     mem.remember("twin_b", "same day", at="2024-05-01")
-    with mem._db.read() as conn:
-        rows = semantic.live_fact_rows(conn)  # in live order
+    database = open_store(mem.path)  # the memory layer's own reader, beside the store
+    try:
+        with database.read() as conn:
+            rows = semantic.live_fact_rows(conn)  # in live order
+    finally:
+        database.close()
     weights = elastimem.retrieval.rank.DEFAULT_WEIGHTS
     half_life = mem.config.fact_recency_half_life_days
     now = time.time()
@@ -107,9 +113,8 @@ def test_notes_without_relevance_follow_importance_then_recency(
 
 
 def _stamp(mem: elastimem.Elastimem) -> str | None:
-    with mem._db.read() as conn:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'facts.stamp'").fetchone()
-    return None if row is None else str(row[0])
+    value = one(mem, "SELECT value FROM meta WHERE key = 'facts.stamp'")
+    return None if value is None else str(value)
 
 
 def test_the_facts_stamp_changes_with_the_facts_but_not_with_a_touch(
@@ -262,7 +267,8 @@ def test_a_failing_component_leaves_only_its_section_empty(
     assert plan.sections["user_facts"] == "- name: Ada"
     assert plan.sections["lessons"] == "- Ask about allergies"
     monkeypatch.setattr(assembly, "_read_facts", boom)
-    monkeypatch.setattr(mem._services, "est", boom)
+    monkeypatch.setattr(assembly, "fit_lines", boom)  # every section fits its lines
+    monkeypatch.setattr(assembly, "fit_lines_indexed", boom)
     plan = mem.build_context("quinoa salad")
     assert isinstance(plan, elastimem.ContextPlan)
 

@@ -16,7 +16,7 @@ import elastimem
 from elastimem.retrieval import rank as retrieval
 from tests.conftest import wait_until
 
-DATA = Path(__file__).parent / "data" / "fact_queries.json"
+DATA = Path(__file__).parent.parent / "data" / "fact_queries.json"
 
 # Words of one meaning share a concept; every other word is ignored. So "allergic" finds
 # "allergies" (FTS5's stemmer keeps them apart: "allerg" and "allergi") and "salary" finds
@@ -370,18 +370,20 @@ def test_a_fact_not_yet_embedded_is_found_by_meaning_at_once(
     of an older export or a migration, until the backfill ran."""
     import threading
 
-    mem = make_store(embedder=concept)
-    mem.remember("employer", "Acme")
-    assert embedded(mem, 1)
     busy = threading.Event()
     release = threading.Event()
 
-    def hold() -> None:  # the worker is busy elsewhere: the embed job waits its turn
-        busy.set()
-        release.wait(30)
+    def slow_llm(prompt: str, **kwargs: Any) -> str:  # holds the worker in an extract job
+        if prompt.startswith("TASK: extract"):
+            busy.set()
+            release.wait(30)
+        return "NONE"
 
-    assert mem._services.worker is not None
-    mem._services.worker.submit(hold)
+    mem = make_store(embedder=concept, llm=slow_llm, tier_override="full")
+    mem.remember("employer", "Acme")
+    assert embedded(mem, 1)
+    # The worker is busy elsewhere (an extraction waits on the LLM): the embed job waits.
+    mem.record_turn("I am learning to play the banjo this summer", "fun")
     try:
         assert busy.wait(10)
         mem.remember("allergies", "peanuts")

@@ -18,6 +18,7 @@ so a ranking change that moves them must update the record next to
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -30,11 +31,12 @@ import pytest
 
 import elastimem
 from elastimem.index.vectors import passage_texts
+from elastimem.retrieval import query as query_path
 from elastimem.retrieval import rank as retrieval
-from elastimem.runtime import background
+from elastimem.storage.sqlite.database import open_store
 from elastimem.text import STOPWORDS, em_fold, query_terms, word_tokens
-
-from .conftest import ScriptedLLM
+from tests.conftest import ScriptedLLM
+from tests.rows import rows
 
 START = datetime(2025, 3, 3, 8, 30, tzinfo=timezone.utc)
 REPLIES = ["Got it.", "Noted.", "Okay.", "Understood.", "Sounds good."]
@@ -662,12 +664,13 @@ def build_corpus(path: str) -> elastimem.Elastimem:
 
 
 def answer_id(mem: elastimem.Elastimem, start: str) -> int:
-    with mem._db.read() as conn:
-        rows = conn.execute(
-            "SELECT id FROM chunks WHERE substr(text, 1, ?) = ?", (len(start) + 6, "User: " + start)
-        ).fetchall()
-    assert len(rows) == 1, start
-    return int(rows[0][0])
+    found = rows(
+        mem,
+        "SELECT id FROM chunks WHERE substr(text, 1, ?) = ?",
+        (len(start) + 6, "User: " + start),
+    )
+    assert len(found) == 1, start
+    return int(found[0][0])
 
 
 def recall_figures(
@@ -701,24 +704,13 @@ def ranker(
     """The store's own ranking with other weights (what the tuning grid varies)."""
 
     def rank(question: str) -> list[int]:
-        profile = mem.profile
-        leg = background.vector_leg(mem._services, question, profile)
-        signal = background.graph_signal(mem._services, question)
-        with mem._db.read() as conn:
-            ranking = retrieval.rank(
-                conn,
-                query_terms(question),
-                k=5,
-                kinds=frozenset({"chunk"}),
-                filters=retrieval.Filters(),
-                fts_enabled=mem.fts_enabled,
-                chunk_half_life=30.0,
-                fact_half_life=90.0,
-                vector_leg=leg,
-                graph=signal,
-                weights=weights,
-            )
-        return [int(h.id or 0) for h in ranking.hits]
+        # The one query path, as recall runs it, with these weights.
+        real = query_path.rank
+        query_path.rank = functools.partial(real, weights=weights)
+        try:
+            return [int(h.id or 0) for h in mem.recall(question, 5, kinds=["chunk"])]
+        finally:
+            query_path.rank = real
 
     return rank
 
@@ -730,7 +722,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elast
     mem.close()
 
 
-def test_the_set_is_what_it_claims(corpus: elastimem.Elastimem) -> None:
+def test_the_set_is_what_it_claims(
+    corpus: elastimem.Elastimem, request: pytest.FixtureRequest
+) -> None:
     total = len(KEYWORD_QUESTIONS) + len(PARAPHRASE_QUESTIONS) + len(HOP_QUESTIONS)
     assert total >= 60
     stats = corpus.stats()
@@ -738,10 +732,12 @@ def test_the_set_is_what_it_claims(corpus: elastimem.Elastimem) -> None:
     assert stats["embedded_chunks"] == stats["chunks"] == sum(len(t) for _, t in CORPUS)
     assert stats["graph_nodes"] >= 25 and stats["graph_edges"] >= 25
     embed = SynonymEmbedder()
+    database = open_store(corpus.path)  # the storage layer's own reader, beside the store
+    request.addfinalizer(database.close)
     for question, start in PARAPHRASE_QUESTIONS + HOP_QUESTIONS:
         target = answer_id(corpus, start)
-        with corpus._db.read() as conn:
-            row = conn.execute("SELECT id, text FROM chunks WHERE id = ?", (target,)).fetchone()
+        row = rows(corpus, "SELECT id, text FROM chunks WHERE id = ?", (target,))[0]
+        with database.read() as conn:
             embedded = passage_texts(conn, [row])[0]
         shared = {em_fold(t) for t in query_terms(question)} & set(word_tokens(row[1]))
         assert not shared, (question, shared)

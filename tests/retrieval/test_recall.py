@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import elastimem
 from elastimem import text as text_module
 from elastimem.retrieval import rank as retrieval
+from tests.rows import connect, execute, one
 
 
 @pytest.fixture
@@ -104,8 +105,7 @@ def test_archived_and_invalidated_facts_never_appear(mem: elastimem.Elastimem) -
     mem.remember("snack", "almonds")
     assert [h.text for h in mem.recall("pretzels", kinds=["fact"])] == []
     mem.remember("drink", "kombucha", source="auto")
-    with mem._db.atomic() as conn:
-        conn.execute("UPDATE facts SET archived = 1 WHERE key = 'drink'")
+    execute(mem, "UPDATE facts SET archived = 1 WHERE key = 'drink'")
     assert mem.recall("kombucha") == [] and "drink" not in mem.facts()
 
 
@@ -205,7 +205,7 @@ def test_non_string_queries_are_coerced_not_raised(seeded: elastimem.Elastimem) 
 
 
 def test_recall_survives_a_broken_store_connection(seeded: elastimem.Elastimem) -> None:
-    with seeded._db.atomic() as conn:
+    with connect(seeded) as conn:
         conn.execute("DROP TRIGGER chunks_fts_ai")
         conn.execute("DROP TABLE chunks_fts")
     assert seeded.recall("cello", kinds=["chunk"]) == []  # the leg fails, recall does not
@@ -230,11 +230,10 @@ def test_only_adjacent_exchanges_of_one_session_lift_each_other(
     mem.begin_session(at="2024-01-11")
     mem.record_turn(texts["other"], "ok", at="2024-01-11")
     mem.end_session()
-    ids = {}
-    with mem._db.read() as conn:
-        for name, user in texts.items():
-            row = conn.execute("SELECT id FROM chunks WHERE instr(text, ?) > 0", (user,))
-            ids[row.fetchone()[0]] = name
+    ids = {
+        one(mem, "SELECT id FROM chunks WHERE instr(text, ?) > 0", (user,)): name
+        for name, user in texts.items()
+    }
     result = mem.explain("walrus mosaic", k=10)
     by_name = {ids[c.chunk_id]: c for c in result.chunk_breakdowns if c.chunk_id in ids}
     assert set(by_name) == {"first", "gap", "pair", "other"}

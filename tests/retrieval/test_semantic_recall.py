@@ -26,9 +26,10 @@ import elastimem
 from elastimem import EmbedderError
 from elastimem.index import embedders
 from elastimem.index.embedders import MINILM_LABEL
+from elastimem.index.vectors import EmbeddingSource
 from elastimem.retrieval.rank import DEFAULT_WEIGHTS
-
-from .conftest import HashEmbedder, wait_until
+from tests.conftest import HashEmbedder, wait_until
+from tests.rows import execute, one, rows
 
 Factory = Callable[..., elastimem.Elastimem]
 
@@ -215,10 +216,8 @@ def test_a_vector_embedded_before_an_erase_never_lands_on_the_chunk_taking_its_i
     release.set()
     assert mem.drain(10)
 
-    def newest() -> tuple[str, Any]:
-        with mem._db.read() as conn:
-            row = conn.execute("SELECT text, embedding FROM chunks ORDER BY id DESC LIMIT 1")
-            return tuple(row.fetchone())  # type: ignore[return-value]
+    def newest() -> tuple[Any, ...]:
+        return rows(mem, "SELECT text, embedding FROM chunks ORDER BY id DESC LIMIT 1")[0]
 
     # Its own vector comes from the backfill (its job found the batch taken).
     assert wait_until(lambda: newest()[1] is not None, 20)
@@ -233,10 +232,13 @@ def test_reindex_drops_query_vectors_of_the_model_it_replaced(make_store: Factor
     first = HashEmbedder(dim=32)
     mem = make_store(embedder=first)
     fill(mem)
-    mem.recall("greyhound Biscuit")
-    assert len(mem._services.embedding.query_cache._entries) >= 1
+    query = ["greyhound Biscuit"]
+    mem.recall(query[0])
+    mem.recall(query[0])
+    assert first.calls.count(query) == 1  # the second recall used the cached query vector
     mem.reindex(force=True)
-    assert len(mem._services.embedding.query_cache._entries) == 0
+    mem.recall(query[0])
+    assert first.calls.count(query) == 2  # the cached vector was the replaced model's
 
 
 def test_embed_jobs_batch_a_backlog(make_store: Factory) -> None:
@@ -304,10 +306,7 @@ def test_a_broken_embedder_never_costs_recall_or_data(
     stats = mem.stats()
     assert stats["chunks"] == len(TURNS) and stats["embedded_chunks"] == 0
     assert stats["messages"] == 2 * len(TURNS)
-    with mem._db.read() as conn:
-        assert conn.execute(
-            "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL"
-        ).fetchone() == (0,)
+    assert one(mem, "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL") == 0
     assert warnings_about(caplog, "failed 3 times in a row") <= 1
 
 
@@ -329,8 +328,8 @@ def test_a_broken_embedder_warns_once_in_total(
         "the host embedder failed 3 times in a row; semantic recall is off for this instance "
         "and its chunks stay unembedded until a reopen"
     ]
-    with sqlite3.connect(mem._db.path) as conn:  # the cause is kept for whoever looks
-        errors = {r[0] for r in conn.execute("SELECT last_error FROM jobs WHERE kind = 'embed'")}
+    # The cause is kept for whoever looks.
+    errors = {r[0] for r in rows(mem, "SELECT last_error FROM jobs WHERE kind = 'embed'")}
     assert errors and all(e and e.startswith("RuntimeError") for e in errors)
 
 
@@ -339,19 +338,22 @@ def test_a_failing_host_embedder_is_given_up_after_three_failures(
 ) -> None:
     embedder = CountingEmbedder()
     embedder.fault = raise_error
-    mem = make_store(embedder=embedder)
+    source = EmbeddingSource(embedder, None, None)  # the index layer's own object
     with caplog.at_level(logging.WARNING, logger="elastimem"):
         for i in range(3):
-            mem.record_turn(f"turn {i}", "ok")
-            mem._services.embedding.embed_passages  # noqa: B018 - the source is shared
             with pytest.raises(RuntimeError):
-                mem._services.embedding.embed_passages([f"turn {i}"])
-        assert mem.stats()["embedder"] == "failed"
-        assert mem.recall("turn") != []
+                source.embed_passages([f"turn {i}"])
+        assert source.state() == "failed" and source.failed
         for _ in range(3):
             with pytest.raises(RuntimeError):
-                mem._services.embedding.embed_passages(["again"])
+                source.embed_passages(["again"])
     assert warnings_about(caplog, "failed 3 times in a row") == 1
+    # Through a store: its embed jobs give the embedder up the same way; recall goes on.
+    mem = make_store(embedder=embedder)
+    for i in range(3):
+        mem.record_turn(f"turn {i}", "ok")
+    assert wait_until(lambda: mem.stats()["embedder"] == "failed", 30)
+    assert mem.recall("turn") != []
 
 
 def test_a_dimension_change_mid_run_is_refused(
@@ -370,10 +372,9 @@ def test_a_dimension_change_mid_run_is_refused(
     stats = mem.stats()
     assert stats["embedded_chunks"] == 2 and stats["stale_embeddings"] == 0
     assert stats["chunks"] == 3 and stats["messages"] == 6  # nothing stored is lost
-    with mem._db.read() as conn:
-        assert conn.execute(
-            "SELECT DISTINCT embedding_dim FROM chunks WHERE embedding_dim IS NOT NULL"
-        ).fetchall() == [(16,)]
+    assert rows(
+        mem, "SELECT DISTINCT embedding_dim FROM chunks WHERE embedding_dim IS NOT NULL"
+    ) == [(16,)]
     hits = mem.recall("embedded in another dimension")
     assert hits and "another dimension" in hits[0].text  # the keyword leg finds it
 
@@ -467,8 +468,8 @@ def test_a_quick_query_embedding_is_waited_for_before_the_keyword_legs(
     QUERY_EMBED_OVERLAP_MIN_SECONDS, recall waits for its vector first: two threads taking
     turns with the GIL cost more than so short a call saves. (The threshold is raised so
     that a 20 ms call counts as quick: without the wait, the keyword leg would come first.)"""
+    from elastimem.retrieval import legs
     from elastimem.retrieval import rank as retrieval
-    from elastimem.runtime import background
 
     passages = HashEmbedder()
     order: list[str] = []
@@ -485,7 +486,7 @@ def test_a_quick_query_embedding_is_waited_for_before_the_keyword_legs(
         return real_leg(*args, **kwargs)
 
     monkeypatch.setattr(retrieval, "chunk_fts_leg", noting_leg)
-    monkeypatch.setattr(background, "QUERY_EMBED_OVERLAP_MIN_SECONDS", 60.0)
+    monkeypatch.setattr(legs, "QUERY_EMBED_OVERLAP_MIN_SECONDS", 60.0)
     mem = make_store(embedder=passages, query_embedder=quick_query)
     fill(mem)
     mem.recall("greyhound from the shelter")  # the first call: its duration is unknown
@@ -593,8 +594,7 @@ def test_vectors_of_another_model_never_affect_results(
     vectors = {c.chunk_id: c.vector for c in mem.explain("greyhound Biscuit", 10).chunk_breakdowns}
     assert [cid for cid, v in vectors.items() if v > 0] == [len(TURNS) + 1]
     # A built-in label in the same file is just as invisible to a host embedder.
-    with mem._db.atomic() as conn:
-        conn.execute("UPDATE chunks SET embedding_model = ? WHERE id = 1", (MINILM_LABEL,))
+    execute(mem, "UPDATE chunks SET embedding_model = ? WHERE id = 1", (MINILM_LABEL,))
     assert mem.stats()["stale_embeddings"] == len(TURNS)
 
 
@@ -648,8 +648,7 @@ def test_reindex_re_embeds_stale_chunks_with_progress(
     assert stats["embedded_chunks"] == 150 and stats["stale_embeddings"] == 0
     assert mem.reindex() == 0  # nothing left
     assert mem.reindex(force=True) == 150
-    with mem._db.read() as conn:
-        kinds = [r[0] for r in conn.execute("SELECT kind FROM events WHERE kind = 'reindex'")]
+    kinds = [r[0] for r in rows(mem, "SELECT kind FROM events WHERE kind = 'reindex'")]
     assert len(kinds) == 3
     assert max(c.vector for c in mem.explain("greyhound Biscuit").chunk_breakdowns) > 0
 
@@ -770,9 +769,8 @@ def test_built_in_embedder_end_to_end(make_store: Factory) -> None:
     stats = mem.stats()
     assert stats["embedding_model"] in (MINILM_LABEL, embedders.BGE_LABEL)
     assert stats["embedded_chunks"] == len(TURNS) and stats["embedder"] == "ready"
-    with mem._db.read() as conn:
-        dims = conn.execute("SELECT DISTINCT embedding_dim FROM chunks").fetchall()
-        blob = conn.execute("SELECT embedding FROM chunks LIMIT 1").fetchone()[0]
+    dims = rows(mem, "SELECT DISTINCT embedding_dim FROM chunks")
+    blob = one(mem, "SELECT embedding FROM chunks LIMIT 1")
     assert dims == [(384,)]
     assert np.linalg.norm(np.frombuffer(blob, "<f4")) == pytest.approx(1.0, abs=1e-5)
     # Paraphrases with no shared word: the vector leg alone finds them.

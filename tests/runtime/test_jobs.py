@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,35 +14,44 @@ import pytest
 import elastimem
 from elastimem.memory.episodic import Owner
 from elastimem.runtime import queue as jobs
+from elastimem.storage.sqlite.database import Database, open_store
 from tests.conftest import wait_until
+from tests.rows import execute, one, rows
 
 
-def test_retries_then_failed_keeps_last_error(mem: elastimem.Elastimem) -> None:
+@pytest.fixture
+def queue_db(tmp_path: Path) -> Iterator[Database]:
+    """A store's database without a facade or worker: the queue's rules on their own."""
+    database = open_store(tmp_path / "queue.db")
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def test_retries_then_failed_keeps_last_error(queue_db: Database) -> None:
     owner = Owner.current()
-    with mem._db.atomic() as conn:
+    with queue_db.atomic() as conn:
         job_id = jobs.enqueue(conn, "embed", owner, payload={"chunk_ids": [1]})
         claimed = jobs.claim(conn, owner, frozenset())
         assert claimed is not None and claimed.id == job_id
+        assert claimed.payload == {"chunk_ids": [1]}
         assert jobs.fail(conn, job_id, "first") is False
-        row = conn.execute(
-            "SELECT state, attempts, not_before FROM jobs WHERE id=?", (job_id,)
-        ).fetchone()
-        assert row[0] == "queued" and row[1] == 1 and row[2] is not None
+    assert rows(queue_db.path, "SELECT state, attempts, not_before IS NOT NULL FROM jobs") == [
+        ("queued", 1, 1)
+    ]
+    with queue_db.atomic() as conn:
         assert jobs.claim(conn, owner, frozenset()) is None  # not before its retry time
         assert jobs.fail(conn, job_id, "second") is False
         assert jobs.fail(conn, job_id, "third") is True
-        state, error = conn.execute(
-            "SELECT state, last_error FROM jobs WHERE id=?", (job_id,)
-        ).fetchone()
-    assert (state, error) == ("failed", "third")
-    assert mem.stats()["jobs_failed"] == 1
+        assert jobs.fail(conn, job_id + 1, "gone") is False  # no such job
+    assert rows(queue_db.path, "SELECT state, last_error FROM jobs") == [("failed", "third")]
 
 
-def test_claim_order_and_ownership(mem: elastimem.Elastimem) -> None:
+def test_claim_order_and_ownership(queue_db: Database) -> None:
     me = Owner.current()
     other = Owner(me.pid + 1, "another-host")
-    with mem._db.atomic() as conn:
-        conn.execute("DELETE FROM jobs")
+    with queue_db.atomic() as conn:
         jobs.enqueue(conn, "consolidate", me)
         jobs.enqueue(conn, "extract", me, session_id=None)
         foreign = jobs.enqueue(conn, "embed", other)
@@ -51,32 +59,38 @@ def test_claim_order_and_ownership(mem: elastimem.Elastimem) -> None:
         second = jobs.claim(conn, me, frozenset({"consolidate"}))
         third = jobs.claim(conn, me, frozenset())
         assert jobs.claim(conn, me, frozenset()) is None  # the foreign job is not ours
-        conn.execute("UPDATE jobs SET owner_pid = NULL, owner_host = NULL WHERE id = ?", (foreign,))
+    execute(
+        queue_db.path,
+        "UPDATE jobs SET owner_pid = NULL, owner_host = NULL WHERE id = ?",
+        (foreign,),
+    )
+    with queue_db.atomic() as conn:
         assert jobs.claim(conn, me, frozenset()).id == foreign  # type: ignore[union-attr]
-        conn.execute("DELETE FROM jobs")  # claimed by hand: nothing would ever finish them
     assert (first.kind, second, third.kind) == ("extract", None, "consolidate")  # type: ignore[union-attr]
 
 
-def test_expired_leases_and_dead_owners_are_recovered(mem: elastimem.Elastimem) -> None:
+def test_expired_leases_and_dead_owners_are_recovered(queue_db: Database) -> None:
     me = Owner.current()
-    with mem._db.atomic() as conn:
-        conn.execute("DELETE FROM jobs")
+    with queue_db.atomic() as conn:
         stale = jobs.enqueue(conn, "embed", Owner(999_999, me.host))  # a dead pid here
-        conn.execute(
-            "UPDATE jobs SET state='running', lease_until='2000-01-01T00:00:00.000000Z' "
-            "WHERE id = ?",
-            (stale,),
-        )
         silent = jobs.enqueue(conn, "link", Owner(5, "far-away"))
-        conn.execute(
-            "UPDATE jobs SET updated_at='2000-01-01T00:00:00.000000Z' WHERE id = ?", (silent,)
-        )
         alive = jobs.enqueue(conn, "link", Owner(5, "far-away"))
+    execute(
+        queue_db.path,
+        "UPDATE jobs SET state='running', lease_until='2000-01-01T00:00:00.000000Z' WHERE id = ?",
+        (stale,),
+    )
+    execute(
+        queue_db.path,
+        "UPDATE jobs SET updated_at='2000-01-01T00:00:00.000000Z' WHERE id = ?",
+        (silent,),
+    )
+    with queue_db.atomic() as conn:
         requeued, adopted = jobs.recover(conn, me)
-        rows = dict(conn.execute("SELECT id, owner_host || ':' || state FROM jobs").fetchall())
+    found = dict(rows(queue_db.path, "SELECT id, owner_host || ':' || state FROM jobs"))
     assert requeued == 1 and adopted == 2
-    assert rows[stale] == f"{me.host}:queued" and rows[silent] == f"{me.host}:queued"
-    assert rows[alive] == "far-away:queued"
+    assert found[stale] == f"{me.host}:queued" and found[silent] == f"{me.host}:queued"
+    assert found[alive] == "far-away:queued"
 
 
 def test_drain_waits_and_times_out(make_store: Any) -> None:
@@ -101,14 +115,10 @@ def test_embed_jobs_write_labelled_vectors(make_store: Any, embedder: Any) -> No
     stats = mem.stats()
     assert stats["embedded_chunks"] == 1 and stats["embedding_model"] == "host"
     assert stats["embedder"] == "ready"
-    with mem._db.read() as conn:
-        model, dim, seq = conn.execute(
-            "SELECT embedding_model, embedding_dim, embed_seq FROM chunks"
-        ).fetchone()
-        assert (model, dim, seq) == ("host", embedder.dim, 1)
-        assert conn.execute("SELECT value FROM meta WHERE key='embedder.host.dim'").fetchone()[
-            0
-        ] == str(embedder.dim)
+    assert rows(mem, "SELECT embedding_model, embedding_dim, embed_seq FROM chunks") == [
+        ("host", embedder.dim, 1)
+    ]
+    assert one(mem, "SELECT value FROM meta WHERE key='embedder.host.dim'") == str(embedder.dim)
 
 
 def test_close_drains_and_leaves_unfinished_jobs_ownerless(
@@ -119,8 +129,8 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(
     mem.record_turn("I am learning to play the banjo this summer", "fun")
     assert mem.pending() == 1  # held
     mem.close()
-    with mem_db_rows(store_path) as rows:
-        assert rows == [(None, "held", "turn")]
+    extracts = "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
+    assert rows(store_path, extracts) == [(None, "held", "turn")]
     # The next open closes the ownerless session as an orphan: the held job is released
     # (phase session_end) and adopted; with no LLM at LITE it goes back to held.
     with elastimem.Elastimem(
@@ -130,11 +140,7 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(
         lite_llm_extraction=True,
     ) as again:
         again.drain(timeout=2)
-        with again._db.read() as conn:
-            rows = conn.execute(
-                "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
-            ).fetchall()
-        assert rows == [(again._owner.pid, "held", "session_end")]
+        assert rows(again, extracts) == [(os.getpid(), "held", "session_end")]
 
 
 def test_closing_one_of_two_instances_leaves_their_shared_jobs_alone(
@@ -159,30 +165,32 @@ def test_closing_one_of_two_instances_leaves_their_shared_jobs_alone(
     holding.record_turn("My sister works as a nurse in the city hospital", "ok")
     before = holding.pending()
     other.close()
-    with running._db.read() as conn:
-        rows = conn.execute("SELECT state, owner_pid FROM jobs ORDER BY id").fetchall()
-    assert rows[0] == ("running", os.getpid())  # still leased to the worker running it
-    assert all(pid == os.getpid() for _state, pid in rows)
+    found = rows(running, "SELECT state, owner_pid FROM jobs ORDER BY id")
+    assert found[0] == ("running", os.getpid())  # still leased to the worker running it
+    assert all(pid == os.getpid() for _state, pid in found)
     assert holding.pending() == before >= 2
     release.set()
     assert holding.drain(timeout=10) and holding.pending() == 0
 
 
-def test_a_job_still_running_at_close_keeps_its_owner_and_lease(mem: elastimem.Elastimem) -> None:
-    with mem._db.atomic() as conn:
-        first = jobs.enqueue(conn, "extract", mem._owner)
-        second = jobs.enqueue(conn, "extract", mem._owner)
-        conn.execute(
-            "UPDATE jobs SET state = 'running', lease_until = 'x' WHERE id IN (?, ?)",
-            (first, second),
-        )
-        jobs.clear_owner(conn, mem._owner, still_running=[first])
-        rows = conn.execute("SELECT id, state, owner_pid, lease_until FROM jobs ORDER BY id")
-        assert rows.fetchall() == [
-            (first, "running", mem._owner.pid, "x"),
-            (second, "queued", None, None),
-        ]
-        conn.execute("DELETE FROM jobs")  # nothing left for close() to wait for
+def test_a_job_still_running_at_close_keeps_its_owner_and_lease(queue_db: Database) -> None:
+    me = Owner.current()
+    with queue_db.atomic() as conn:
+        first = jobs.enqueue(conn, "extract", me)
+        second = jobs.enqueue(conn, "extract", me)
+    execute(
+        queue_db.path,
+        "UPDATE jobs SET state = 'running', lease_until = 'x' WHERE id IN (?, ?)",
+        (first, second),
+    )
+    with queue_db.atomic() as conn:
+        jobs.clear_owner(conn, me, still_running=[first])
+    assert rows(
+        queue_db.path, "SELECT id, state, owner_pid, lease_until FROM jobs ORDER BY id"
+    ) == [
+        (first, "running", me.pid, "x"),
+        (second, "queued", None, None),
+    ]
 
 
 def test_two_instances_closing_at_once_hand_their_jobs_over(
@@ -212,10 +220,11 @@ def test_two_instances_closing_at_once_hand_their_jobs_over(
         thread.start()
     for thread in closers:
         thread.join(60)
-    with sqlite3.connect(store_path) as conn:
-        left = conn.execute(
-            "SELECT kind FROM jobs WHERE owner_pid = ? AND state <> 'failed'", (os.getpid(),)
-        ).fetchall()
+    left = rows(
+        store_path,
+        "SELECT kind FROM jobs WHERE owner_pid = ? AND state <> 'failed'",
+        (os.getpid(),),
+    )
     assert left == []
 
 
@@ -238,14 +247,19 @@ def test_a_job_this_process_left_running_is_requeued_at_its_next_open(
 ) -> None:
     """A worker that outlived close() inside a host call cannot record its outcome: the job
     stayed 'running' under this live pid until its lease ran out (10 minutes)."""
-    with mem._db.atomic() as conn:
-        job = jobs.enqueue(conn, "link", mem._owner, payload={"chunk_ids": []})
-        conn.execute(
-            "UPDATE jobs SET state = 'running', lease_until = '2999-01-01T00:00:00.000000Z' "
-            "WHERE id = ?",
-            (job,),
-        )
     mem.close()
+    database = open_store(store_path)
+    try:
+        with database.atomic() as conn:
+            job = jobs.enqueue(conn, "link", Owner.current(), payload={"chunk_ids": []})
+    finally:
+        database.close()
+    execute(
+        store_path,
+        "UPDATE jobs SET state = 'running', lease_until = '2999-01-01T00:00:00.000000Z' "
+        "WHERE id = ?",
+        (job,),
+    )
     with elastimem.Elastimem(str(store_path), disable_builtin_embedder=True) as again:
         assert again.drain(timeout=5) and again.pending() == 0
 
@@ -269,21 +283,9 @@ def test_a_sibling_opening_while_another_closes_keeps_its_jobs(
     opened = make_store(store_path, llm=lambda p, **k: "NONE", tier_override="standard")
     opened.record_turn(*turn)
     closer.join(30)
-    with opened._db.read() as conn:
-        mine = conn.execute(
-            "SELECT state, owner_pid FROM jobs WHERE session_id = ?", (opened.session_id,)
-        ).fetchall()
+    mine = rows(
+        opened, "SELECT state, owner_pid FROM jobs WHERE session_id = ?", (opened.session_id,)
+    )
     assert mine == [("held", os.getpid())]
     assert opened.pending() == 1
     assert opened.drain(timeout=10) and opened.pending() == 0
-
-
-@contextlib.contextmanager
-def mem_db_rows(path: Any) -> Iterator[list[tuple[Any, ...]]]:
-    conn = sqlite3.connect(path)
-    try:
-        yield conn.execute(
-            "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
-        ).fetchall()
-    finally:
-        conn.close()

@@ -1,0 +1,91 @@
+"""The one query path: from a question to a ranking (§5.6).
+
+``recall``, ``explain`` and ``build_context``'s past moments all rank through
+``rank_query``: the query's terms, its vector legs (chunks and facts, with what became of
+the chunks' leg), the graph signal and the keyword index, then ``rank.rank`` in ONE read
+snapshot. A hit therefore scores the same wherever it is shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..governor import MemoryProfile
+from ..runtime.services import Services
+from ..text import query_terms
+from . import legs
+from .rank import FactVectorLeg, Filters, Ranking, VectorLeg, rank
+from .warm import keyword_index
+
+
+class _Unset:
+    """The type of ``UNSET``."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+# "Not given": ``rank_query`` starts the leg or reads the signal itself. (None, given, means
+# "without it".)
+UNSET: Any = _Unset()
+
+
+class QueryRanking(NamedTuple):
+    """A query's ranking (None when the query has no search terms, so nothing was ranked)
+    and the graph signal it used (``UNSET`` when none was read)."""
+
+    ranking: Ranking | None
+    signal: Any
+
+
+def rank_query(
+    services: Services,
+    text: str,
+    *,
+    k: int,
+    kinds: frozenset[str],
+    filters: Filters,
+    profile: MemoryProfile | None = None,
+    signal: Any = UNSET,
+    vector_leg: VectorLeg | None = UNSET,
+    fact_leg: FactVectorLeg | None = UNSET,
+) -> QueryRanking:
+    """Rank ``text`` over ``kinds`` (``"chunk"``, ``"fact"``): the best ``k`` hits.
+
+    Legs not given are started here when their kind is wanted (the chunks' vector leg
+    first, so the query vector is embedded while the rest is read); the graph signal, unless
+    given, is read inside the ranking's own snapshot (one transaction per query instead of
+    two). ``ranking.vector_leg`` says what became of a vector leg started here.
+    """
+    terms = query_terms(text)
+    if not terms:
+        return QueryRanking(None, signal)
+    profile = profile if profile is not None else services.profile()
+    report: legs.VectorLegReport | None = None
+    if vector_leg is UNSET:
+        report = legs.VectorLegReport()
+        vector_leg = legs.vector_leg(services, text, profile, report) if "chunk" in kinds else None
+    if fact_leg is UNSET:
+        fact_leg = legs.fact_vector_leg(services, text, profile) if "fact" in kinds else None
+    config = services.config()
+    with services.db.read() as conn:
+        if signal is UNSET:
+            signal = legs.graph_signal(services, text, conn)
+        ranking = rank(
+            conn,
+            terms,
+            k=k,
+            kinds=kinds,
+            filters=filters,
+            fts_enabled=services.db.fts_enabled,
+            chunk_half_life=config.episodic_recency_half_life_days,
+            fact_half_life=config.fact_recency_half_life_days,
+            vector_leg=vector_leg,
+            graph=signal,
+            keyword_index=keyword_index(services, profile),
+            fact_vector_leg=fact_leg,
+            question=text,
+        )
+    if report is not None:
+        ranking.vector_leg = report.state
+    return QueryRanking(ranking, signal)
