@@ -51,12 +51,9 @@ def __getattr__(name: str) -> Any:
     the HTTP client modules cost ~0.2 s of every start (CLI, first recall) that most
     processes never use."""
     if name == "__version__":
-        from importlib import metadata
+        from .version import package_version
 
-        try:
-            version = metadata.version("elastimem")
-        except metadata.PackageNotFoundError:  # running from a source tree
-            version = "0.0.0+dev"
+        version = package_version()
         globals()["__version__"] = version
         return version
     if name in _LAZY_MODULES:

@@ -30,7 +30,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from .config import ElastimemConfig
 from .errors import ClosedError, ConfigError
 from .governor import MemoryProfile
-from .storage.sqlite.database import refuse_database_url
+from .storage.addresses import refuse_database_url
 from .store import Elastimem
 
 P = ParamSpec("P")

@@ -20,12 +20,15 @@ import numpy as np
 from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .errors import ClosedError
 from .governor import MemoryProfile
-from .memory import fact_vectors, procedural, semantic
+from .memory import procedural, semantic
 from .retrieval import rank as retrieval
+from .retrieval.legs import fact_vector_leg, graph_signal, vector_leg
+from .retrieval.query import rank_query
+from .retrieval.warm import keyword_index
 from .text import one_line, query_terms
 
 if TYPE_CHECKING:
-    from .runtime.background import Services
+    from .runtime.services import Services
 
 __all__ = ["SECTION_HEADINGS", "ContextPlan", "build_context_plan", "fit_lines"]
 
@@ -157,19 +160,15 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if len(user_input.split()) >= config.min_retrieval_query_words:
             state["terms"] = query_terms(user_input)
         if state["terms"]:
-            from .runtime.background import vector_leg
-
             # Started first: the query is embedded on a helper thread while the graph and
             # the past moments' keyword legs are read.
             state["leg"] = vector_leg(services, user_input, profile)
-            state["fact_leg"] = fact_vectors.leg(services, user_input, profile)
+            state["fact_leg"] = fact_vector_leg(services, user_input, profile)
 
     def signal_in(conn: Any) -> Any:
         """The query's graph signal (None without terms), read once: inside the facts
         step's read when it gets that far (one transaction fewer), else in one of its own."""
         if state["terms"] and not state["signal_read"]:
-            from .runtime.background import graph_signal
-
             state["signal_read"] = True
             state["signal"] = graph_signal(services, user_input, conn)
         return state["signal"]
@@ -211,7 +210,9 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         with services.db.read() as conn:
             rows = conn.transcript.ended_session_summaries(session_id, PREVIOUS_SESSIONS)
         longest = _longest_line(budgets.sessions)
-        newest_first = [f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2], longest)}" for r in rows]
+        newest_first = [
+            f"- [{str(r[0])[:10]}] {one_line(r[1] or r[2] or '', longest)}" for r in rows
+        ]
         # Fitted newest first, so a tight budget gives up the oldest session rather than
         # last week's; shown oldest first (§5.8).
         fitted = fit_lines(newest_first, budgets.sessions, est)
@@ -317,8 +318,6 @@ def _read_facts(
 ) -> _FactsRead:
     """The live facts, their keyword relevance and the started facts' vector leg, in one
     read (with the graph signal, through ``read_signal``)."""
-    from .runtime.background import keyword_index
-
     half_life = services.config().fact_recency_half_life_days
     keyword: dict[int, float] = {}
     finish: retrieval.FactVectorFinish | None = None
@@ -422,8 +421,6 @@ def _past_hits(
 ) -> list[Any]:
     """The past moments: the one query path over chunks outside the current session, with
     the vector leg started and the graph signal read earlier in the plan."""
-    from .retrieval.query import rank_query
-
     ranking, _signal = rank_query(
         services,
         text,

@@ -57,7 +57,7 @@ class CliState:
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        from .storage.sqlite.database import refuse_database_url
+        from .storage.addresses import refuse_database_url
 
         try:
             refuse_database_url(raw)  # before realpath makes "postgresql://h/db" a path

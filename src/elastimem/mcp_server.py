@@ -114,9 +114,9 @@ def build_server(mem: Any) -> Any:
     options = version_option(server_class)
     server = ElastimemServer(SERVER_NAME, instructions=INSTRUCTIONS, **options)
     if "version" not in options and hasattr(server, "_mcp_server"):
-        from . import __version__
+        from .version import package_version
 
-        server._mcp_server.version = __version__  # mcp 1.x: its low-level server's field
+        server._mcp_server.version = package_version()  # mcp 1.x: its low-level server's field
 
     @server.tool(
         description="Store a durable fact about the user under a short key (e.g. "
@@ -247,13 +247,13 @@ def version_option(server_class: Any) -> dict[str, Any]:
     reports it (serverInfo.version); mcp 1.x's FastMCP takes no version (set afterwards)."""
     import inspect
 
-    from . import __version__
+    from .version import package_version
 
     try:
         accepted = "version" in inspect.signature(server_class).parameters
     except (TypeError, ValueError):
         accepted = False
-    return {"version": __version__} if accepted else {}
+    return {"version": package_version()} if accepted else {}
 
 
 def unknown_arguments_message(

@@ -37,13 +37,15 @@ from . import graph
 from .clock import now_ts
 from .errors import ConfigError, ImportFormatError, StoreError
 from .index.keyword import ERASE_GEN_KEY
+from .jobs.embed import queue_fact_embedding
 from .memory import episodic, fact_vectors
-from .runtime.background import Services
+from .runtime.services import Services
 from .storage.admin import upkeep
-from .storage.sqlite import database as db
+from .storage.database import Database
 from .storage.sqlite import files, migrations
 from .storage.tx import Tx
 from .text import normalize_key, sanitize
+from .version import package_version
 
 logger = logging.getLogger("elastimem")
 
@@ -188,8 +190,7 @@ def _erase_session(tx: Tx, session_id: int, include_facts: bool, counts: dict[st
 
 def export(services: Services, path_or_file: Any) -> dict[str, int]:
     """Write the store as JSON Lines to a path or a file object; returns rows per table."""
-    from . import __version__
-
+    __version__ = package_version()
     if isinstance(path_or_file, (str, os.PathLike)):
         raw: object = os.fspath(path_or_file)
         if not isinstance(raw, str) or not raw:
@@ -575,7 +576,7 @@ def _import_lines(
             # Facts of an export without their vectors (an older one, or made before they
             # were embedded) are embedded by the worker. Only then: a queued job would be
             # exported again, and export -> import -> export must stay identical.
-            fact_vectors.queue(conn, services)
+            queue_fact_embedding(conn, services)
     if progress is not None:
         progress(importer.rows, importer.rows)
     return {t: n for t, n in importer.counts.items()}
@@ -594,7 +595,7 @@ def _require_empty(conn: Tx) -> None:
         )
 
 
-def _finish_import(conn: Tx, database: db.Database, importer: _Importer) -> None:
+def _finish_import(conn: Tx, database: Database, importer: _Importer) -> None:
     broken = conn.admin.broken_reference()
     if broken is not None:
         table, rowid, parent = broken

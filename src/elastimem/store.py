@@ -1,11 +1,11 @@
 """``Elastimem``: the facade the host talks to (SPEC §1).
 
 It is deliberately thin. It checks arguments (``arguments``), holds the parts of one open
-instance and delegates the work to the layers: ``runtime.session`` (the open session, turns
-and the rolling digest), ``runtime.lifecycle`` (open recovery, the instances open in this
-process, the close protocol), ``memory`` (facts, lessons), ``retrieval`` (ranking),
-``assembly`` (context plans), ``portability`` (erase, export, import) and ``background`` (job
-handlers). Nothing imports this module back.
+instance and delegates the work: ``session`` (the open session, turns and the rolling
+digest), ``lifecycle`` (open recovery, the instances open in this process, the close
+protocol), ``memory`` (facts, lessons), ``retrieval`` (the one query path), ``assembly``
+(context plans), ``portability`` (erase, export, import) and ``jobs`` (reindex). Nothing
+imports this module back.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import arguments as args
+from . import lifecycle, storage
 from .arguments import VALID_KINDS
 from .arguments import failure as _failure
 from .arguments import int_arg as _int_arg
@@ -30,19 +31,21 @@ from .config import ElastimemConfig, check_option_names
 from .enums import Tier
 from .errors import ClosedError, ConfigError
 from .governor import Governor, MemoryProfile
+from .graph import list_clusters
 from .index.embedders import BuiltinEmbedder
 from .index.vectors import EmbeddingSource, VectorIndex
+from .jobs.embed import queue_fact_embedding, reindex
 from .memory import episodic, procedural, semantic
 from .retrieval import rank as retrieval
 from .retrieval.legs import graph_signal
 from .retrieval.query import UNSET, rank_query
 from .retrieval.timeline import resolve_timeline_key
-from .runtime import background, lifecycle
+from .retrieval.warm import warm_up
 from .runtime import queue as jobs
 from .runtime.gate import LLMGate
-from .runtime.session import SessionState, bump_writes
+from .runtime.stats import collect_stats
 from .runtime.tokens import TokenEstimate
-from .storage.sqlite import database as db
+from .session import SessionState, bump_writes
 from .text import normalize_key, sanitize
 from .values import ExplainResult, Fact, Hit, TimelineResult
 
@@ -88,7 +91,7 @@ class Elastimem:
             builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, builtin)
 
-        self._db = db.open_store(path, create=create)
+        self._db = storage.open_database(path, create=create)
         self._owner = episodic.Owner.current()
         self._session = SessionState(
             self._db,
@@ -286,7 +289,7 @@ class Elastimem:
             )
             bump_writes(conn)
             if result.changed or result.reason == "already stored":
-                background.queue_fact_embedding(conn, self._services)
+                queue_fact_embedding(conn, self._services)
         self._worker.signal()
         return result.changed, result.reason
 
@@ -489,7 +492,7 @@ class Elastimem:
         """Have the worker load the built-in embedder; True when an embedder is ready."""
         self._check_open()
         timeout = _timeout_arg(timeout)
-        return background.warm_up(self._services, self._worker, self._governor.profile, timeout)
+        return warm_up(self._services, self._worker, self._governor.profile, timeout)
 
     # -- maintenance and portability ---------------------------------------------------------
 
@@ -497,7 +500,7 @@ class Elastimem:
         self._check_open()
         try:
             with self._db.read() as conn:
-                return background.list_clusters(conn)
+                return list_clusters(conn)
         except ClosedError:
             raise
         except Exception as exc:
@@ -546,13 +549,13 @@ class Elastimem:
         self._check_open()
         if progress is not None and not callable(progress):
             raise ConfigError(f"progress={progress!r} is invalid; pass a callable(done, total)")
-        return background.reindex(self._services, self._worker, progress, force=bool(force))
+        return reindex(self._services, self._worker, progress, force=bool(force))
 
     # -- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         self._check_open()
-        return background.collect_stats(self._services, self._governor.profile.tier)
+        return collect_stats(self._services, self._governor.profile.tier)
 
     # -- close -------------------------------------------------------------------------------
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .storage.addresses import refuse_database_url
 from .storage.sqlite import files
-from .storage.sqlite.database import refuse_database_url
 from .storage.sqlite.upkeep import peek_meta
 
 USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -396,7 +396,7 @@ def window(path: str) -> None:
     def die(*args: Any, **kwargs: Any) -> None:
         os._exit(3)
 
-    from elastimem.runtime.session import SessionState
+    from elastimem.session import SessionState
 
     SessionState._store_rule_captures = die  # type: ignore[method-assign]
     emit("READY")

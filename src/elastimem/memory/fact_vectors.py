@@ -92,24 +92,6 @@ def write(
     return written
 
 
-def queue(conn: Tx, services: Any) -> None:
-    """``jobs.embed.queue_fact_embedding``.
-
-    TRANSITIONAL shim: the lead rewrites callers at merge (portability)."""
-    from ..jobs.embed import queue_fact_embedding
-
-    queue_fact_embedding(conn, services)
-
-
-def leg(services: Any, text: str, profile: Any) -> Any:
-    """``retrieval.legs.fact_vector_leg``.
-
-    TRANSITIONAL shim: the lead rewrites callers at merge (assembly)."""
-    from ..retrieval.legs import fact_vector_leg
-
-    return fact_vector_leg(services, text, profile)
-
-
 # -- querying -----------------------------------------------------------------------------------
 
 

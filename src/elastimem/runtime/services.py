@@ -17,7 +17,7 @@ from ..governor import MemoryProfile
 from ..index.keyword import KeywordIndexes
 from ..index.vectors import EmbeddingSource, VectorIndex
 from ..memory import episodic, fact_vectors, semantic
-from ..storage.sqlite import database as db
+from ..storage.database import Database
 from ..storage.tx import Tx
 from .gate import LLMGate, Watchdog
 from .worker import Worker
@@ -32,7 +32,7 @@ BUILTIN_LABEL_PREFIX = "elastimem:"
 class Services:
     """What the background handlers need from one store instance."""
 
-    db: db.Database
+    db: Database
     owner: episodic.Owner
     gate: LLMGate
     embedding: EmbeddingSource

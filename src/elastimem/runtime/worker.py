@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from ..errors import StoreError
 from ..memory.episodic import Owner
-from ..storage.sqlite.database import Database
+from ..storage.database import Database
 from . import queue as jobs
 
 logger = logging.getLogger("elastimem")

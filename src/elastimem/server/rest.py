@@ -21,10 +21,10 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
 from ..aio import AsyncElastimem
 from ..clock import to_ts
 from ..text import normalize_key
+from ..version import package_version
 
 logger = logging.getLogger("elastimem")
 
@@ -609,7 +609,7 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
         paths["/mcp"] = {m: dict(mcp_op) for m in ("get", "post", "delete")}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "elastimem", "version": __version__,
+        "info": {"title": "elastimem", "version": package_version(),
                  "description": "Long-term memory for LLM agents, one store per user."},
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],

@@ -477,7 +477,9 @@ def open_database(
 def _ensure_user(db: PostgresDatabase, version: int, *, create: bool) -> None:
     """The user's own ``meta`` record of its store (created_at, created_by) and a ``created``
     event, written once whichever process gets there first."""
-    from ... import __version__
+    from ...version import package_version
+
+    __version__ = package_version()
 
     with db.read() as tx:
         if tx.meta.get("created_at") is not None:

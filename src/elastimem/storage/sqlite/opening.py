@@ -361,7 +361,9 @@ def migrate(conn: sqlite3.Connection, atomic: Atomic, path: str) -> None:
 
 
 def _create_fresh(atomic: Atomic) -> None:
-    from ... import __version__
+    from ...version import package_version
+
+    __version__ = package_version()
 
     with atomic() as tx:
         conn = tx.conn

@@ -16,18 +16,20 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..clock import now_ts, to_ts
-from ..config import ElastimemConfig
-from ..errors import StoreError
-from ..governor import MemoryProfile
-from ..memory import episodic, semantic
-from ..rules import Ending, capture_rules, ending_keys, find_endings, names_part_of, retired_keys
-from ..storage.sqlite.database import Database
-from ..storage.tx import Tx
-from ..text import sanitize
-from . import background
-from . import queue as jobs
-from .background import Services
+from .clock import now_ts, to_ts
+from .config import ElastimemConfig
+from .errors import StoreError
+from .governor import MemoryProfile
+from .jobs.embed import queue_fact_embedding
+from .jobs.summaries import persist_digest, report_evictions
+from .jobs.turns import queue_turn_jobs
+from .memory import episodic, semantic
+from .rules import Ending, capture_rules, ending_keys, find_endings, names_part_of, retired_keys
+from .runtime import queue as jobs
+from .runtime.services import Services
+from .storage import Database
+from .storage.tx import Tx
+from .text import sanitize
 
 logger = logging.getLogger("elastimem")
 
@@ -148,7 +150,7 @@ class SessionState:
                 bump_writes(tx)
                 # Same transaction as the turn: a crash can never leave a stored turn without
                 # its jobs (embeddings are backfilled, but links and extraction are not).
-                background.queue_turn_jobs(tx, self._services, record, user, profile, config)
+                queue_turn_jobs(tx, self._services, record, user, profile, config)
             if captures or endings:
                 self._store_rule_captures(captures, endings, record)
         self._wake()
@@ -189,7 +191,7 @@ class SessionState:
                     touched = True
             if touched:
                 episodic.raise_chunk_importance(tx, record.chunk_ids, RULE_CHUNK_IMPORTANCE)
-                background.queue_fact_embedding(tx, self._services)
+                queue_fact_embedding(tx, self._services)
 
     # -- ending ------------------------------------------------------------------------------
 
@@ -211,7 +213,7 @@ class SessionState:
                 if not episodic.is_open(tx, session_id):
                     self._reset()
                     return []
-                background.persist_digest(tx, session_id, self.digest)
+                persist_digest(tx, session_id, self.digest)
                 extract_id = jobs.release_held_extracts(tx, session_id, self._owner, "session_end")
                 if extract_id is not None:
                     job_ids.append(extract_id)
@@ -251,7 +253,7 @@ class SessionState:
         # Read, extend and write the digest as one step: two host threads evicting at
         # once each wrote back what it had read, and one's items were lost.
         with self.lock:
-            background.report_evictions(self._services, turns)
+            report_evictions(self._services, turns)
 
     def current_digest(self) -> tuple[int | None, list[str]]:
         """The open session's id and a copy of its digest (the services' ``current_digest``)."""
@@ -271,7 +273,7 @@ class SessionState:
             if session_id == self.session_id:
                 self.digest = list(items)
             with self._db.atomic() as tx:
-                background.persist_digest(tx, session_id, items)
+                persist_digest(tx, session_id, items)
 
     # -- upkeep ------------------------------------------------------------------------------
 
@@ -288,5 +290,5 @@ class SessionState:
     def save(self, tx: Tx) -> None:
         """At close (``lock`` held): persist the digest and give up the open session."""
         if self.session_id is not None:
-            background.persist_digest(tx, self.session_id, self.digest)
+            persist_digest(tx, self.session_id, self.digest)
             episodic.clear_owner(tx, self.session_id)

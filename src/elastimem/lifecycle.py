@@ -15,20 +15,20 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ..arguments import failure
-from ..config import ElastimemConfig
-from ..enums import Cadence
-from ..governor import MemoryProfile
-from ..index.embedders import BuiltinEmbedder
-from ..index.vectors import EmbeddingSource, VectorIndex
-from ..memory import episodic
-from ..storage.sqlite.database import Database
-from . import background
-from . import queue as jobs
-from .background import Services
-from .gate import LLMGate
+from .arguments import failure
+from .config import ElastimemConfig
+from .enums import Cadence
+from .governor import MemoryProfile
+from .index.embedders import BuiltinEmbedder
+from .index.vectors import EmbeddingSource, VectorIndex
+from .jobs.dispatch import make_worker
+from .memory import episodic
+from .runtime import queue as jobs
+from .runtime.gate import LLMGate
+from .runtime.services import Services, preload_embedder
+from .runtime.worker import Worker, running_in_process
 from .session import SessionState
-from .worker import Worker, running_in_process
+from .storage import Database
 
 logger = logging.getLogger("elastimem")
 
@@ -112,9 +112,9 @@ def start(
         ensure_session=session.ensure_now,
     )
     session.bind(services)
-    worker = background.make_worker(services, session.on_worker_wake)
+    worker = make_worker(services, session.on_worker_wake)
     worker.start()
-    background.preload_embedder(services, profile())
+    preload_embedder(services, profile())
     return services, worker
 
 
@@ -175,7 +175,7 @@ def wind_down(services: Services, worker: Worker, session: SessionState) -> None
                     jobs.clear_owner(tx, services.owner, running_in_process(database.path))
     except Exception as exc:
         logger.warning("could not save session state at close: %s", failure(exc))
-    database.checkpoint("PASSIVE")
+    database.checkpoint()
 
 
 def release(services: Services) -> None:
