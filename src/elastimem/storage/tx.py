@@ -8,7 +8,7 @@ backend (PostgreSQL) implements ``Tx`` and the families and the layers above do 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from .admin import AdminRows
 from .fact_vectors import FactVectorRows
@@ -26,21 +26,25 @@ from .vectors import VectorRows
 class Tx(Protocol):
     """One transaction or read snapshot on one store, with its table families."""
 
-    transcript: TranscriptRows
-    facts: FactRows
-    fact_vectors: FactVectorRows
-    lessons: LessonRows
-    jobs: JobRows
-    graph: GraphRows
-    meta: MetaRows
-    vectors: VectorRows
-    postings: PostingRows
-    admin: AdminRows
-    stats: StatsRows
-
-    # TRANSITIONAL (layered redesign in progress): the raw statements of code not yet moved
-    # behind the families. Removed, with ``SqliteTx.__getattr__``, once no SQL is left above
-    # the seam.
-    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
-
-    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+    @property
+    def transcript(self) -> TranscriptRows: ...
+    @property
+    def facts(self) -> FactRows: ...
+    @property
+    def fact_vectors(self) -> FactVectorRows: ...
+    @property
+    def lessons(self) -> LessonRows: ...
+    @property
+    def jobs(self) -> JobRows: ...
+    @property
+    def graph(self) -> GraphRows: ...
+    @property
+    def meta(self) -> MetaRows: ...
+    @property
+    def vectors(self) -> VectorRows: ...
+    @property
+    def postings(self) -> PostingRows: ...
+    @property
+    def admin(self) -> AdminRows: ...
+    @property
+    def stats(self) -> StatsRows: ...

@@ -94,13 +94,3 @@ class PostgresTx:
     @property
     def stats(self) -> StatsRows:
         _not_yet("stats")
-
-    # TRANSITIONAL (``storage.tx.Tx``): raw SQL written for SQLite has no meaning here.
-    def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        raise NotImplementedError(
-            "raw SQL above the storage seam is SQLite-only; move the statement into a family "
-            "(issue #16) to run it on PostgreSQL"
-        )
-
-    def executemany(self, sql: str, parameters: Any, /) -> Any:
-        self.execute(sql, parameters)

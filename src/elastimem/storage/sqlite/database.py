@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from ...errors import StoreClosedError, StoreError
 from . import connection, files, fts, migrations, opening
@@ -96,7 +95,7 @@ class Database:
     # -- transactions ------------------------------------------------------------------------
 
     @contextmanager
-    def atomic(self) -> Iterator[Any]:  # TRANSITIONAL: Iterator[Tx] once the seam is done
+    def atomic(self) -> Iterator[SqliteTx]:
         """The only way to write: BEGIN IMMEDIATE at the top, SAVEPOINT when nested."""
         with self._lock:
             if self._closed:
@@ -180,7 +179,7 @@ class Database:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     @contextmanager
-    def read(self) -> Iterator[Any]:  # TRANSITIONAL: Iterator[Tx] once the seam is done
+    def read(self) -> Iterator[SqliteTx]:
         """A connection for reading, inside one snapshot; never writes."""
         if self.is_memory or self.in_write():
             with self._lock:

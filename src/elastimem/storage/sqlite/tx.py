@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from functools import cached_property
-from typing import Any
 
 from .admin import SqliteAdminRows
 from .fact_vectors import SqliteFactVectorRows
@@ -24,9 +23,6 @@ class SqliteTx:
     family builds one small object).
 
     ``conn`` is for code inside ``storage.sqlite`` only.
-    TRANSITIONAL (layered redesign in progress): unknown attributes fall through to the
-    connection so code not yet moved behind the families keeps working; removed once no
-    SQL is left above the seam.
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -75,6 +71,3 @@ class SqliteTx:
     @cached_property
     def stats(self) -> SqliteStatsRows:
         return SqliteStatsRows(self.conn)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
