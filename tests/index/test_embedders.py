@@ -45,6 +45,7 @@ from elastimem.index.embedders import (
     to_unit_vector,
     vector_to_blob,
 )
+from elastimem.runtime.worker import Worker
 from tests.conftest import wait_until
 
 # Every module the built-in loader may import; setting one to None in sys.modules makes
@@ -965,11 +966,22 @@ def test_close_releases_a_recall_waiting_for_the_loading_model(
 
 
 def test_a_recall_on_the_worker_thread_does_not_wait_for_the_load_queued_behind_it(
-    fake_fastembed: type[_FakeTextEmbedding], embedder_env: Path, tmp_path: Path
+    fake_fastembed: type[_FakeTextEmbedding],
+    embedder_env: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The load runs on the worker: a recall made there (a host callback) must not wait for
     it, or it would wait out embedder_wait_seconds behind itself."""
     _lay_out_bge_cache(embedder_env)
+    workers: list[Worker] = []  # the store's worker, seen as the runtime layer makes it
+    made = Worker.__init__
+
+    def spy(self: Worker, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        workers.append(self)
+
+    monkeypatch.setattr(Worker, "__init__", spy)
     with elastimem.Elastimem(
         str(tmp_path / "t.db"), tier_override="full", embedder_wait_seconds=600
     ) as mem:
@@ -981,8 +993,8 @@ def test_a_recall_on_the_worker_thread_does_not_wait_for_the_load_queued_behind_
             outcome.append(mem.explain("which pet do I have").vector_leg)
             done.set()
 
-        assert mem._services.worker is not None
-        mem._services.worker.submit(on_the_worker)
+        assert len(workers) == 1
+        workers[0].submit(on_the_worker)
         assert done.wait(60)
         assert outcome == ["not_ready"] or outcome == ["used"]  # "used": loaded before it ran
         assert mem.recall("which pet do I have")  # and the store still answers afterwards
