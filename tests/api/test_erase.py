@@ -14,9 +14,11 @@ import pytest
 import elastimem
 from elastimem import ConfigError
 from elastimem.clock import now_ts
+from elastimem.index.vectors import VectorIndex
 from elastimem.portability import ERASE_COUNT_KEYS
 from tests.conftest import HashEmbedder, wait_until
 from tests.rows import connect
+from tests.spies import instances_of
 
 # Lowercase ASCII with no suffix the porter stemmer would strip, so the FTS term, the stored
 # text and the raw bytes all carry exactly this string.
@@ -216,8 +218,9 @@ def expected_session_counts(mem: elastimem.Elastimem, session_id: int) -> dict[s
 
 
 def test_erase_session_leaves_no_trace_anywhere(
-    make_store: Factory, embedder: HashEmbedder
+    make_store: Factory, embedder: HashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    indexes = instances_of(monkeypatch, VectorIndex)
     mem, keep, erase = build(make_store, embedder)
     path = mem.path
     assert mem.drain(10)
@@ -238,7 +241,7 @@ def test_erase_session_leaves_no_trace_anywhere(
     # Recall through every leg (FTS, vectors, graph) finds nothing of it.
     assert mem.recall(MARKER) == []
     assert all(h.session_id != erase for h in mem.recall("garden tools neighbour", k=20))
-    assert mem._vectors.resident_rows == expected_remaining_vectors(mem)
+    assert indexes[-1].resident_rows == expected_remaining_vectors(mem)
     # What must survive did.
     assert mem.facts() == {"favorite_color": "teal"}
     kept_hits = mem.recall(KEEP, kinds=["chunk"])

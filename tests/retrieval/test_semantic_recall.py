@@ -26,10 +26,11 @@ import elastimem
 from elastimem import EmbedderError
 from elastimem.index import embedders
 from elastimem.index.embedders import MINILM_LABEL
-from elastimem.index.vectors import EmbeddingSource
+from elastimem.index.vectors import EmbeddingSource, VectorIndex
 from elastimem.retrieval.rank import DEFAULT_WEIGHTS
 from tests.conftest import HashEmbedder, wait_until
 from tests.rows import execute, one, rows
+from tests.spies import instances_of
 
 Factory = Callable[..., elastimem.Elastimem]
 
@@ -126,7 +127,10 @@ def test_neighbouring_exchange_lifts_a_chunk(make_store: Factory) -> None:
     assert names[-3:] == ["neighbour", "time_bonus", "feedback"]
 
 
-def test_query_vectors_are_cached_per_label_and_dim(make_store: Factory) -> None:
+def test_query_vectors_are_cached_per_label_and_dim(
+    make_store: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sources = instances_of(monkeypatch, EmbeddingSource)
     embedder = HashEmbedder()
     calls: list[str] = []
 
@@ -141,20 +145,21 @@ def test_query_vectors_are_cached_per_label_and_dim(make_store: Factory) -> None
         mem.explain("greyhound Biscuit")
         mem.build_context("greyhound Biscuit")
     assert calls.count("greyhound Biscuit") == 1
-    cache = mem._embedding.query_cache
+    cache = sources[-1].query_cache
     assert ("host", embedder.dim, "greyhound Biscuit") in cache
 
 
 def test_vector_leg_at_lite_streams_with_the_same_results(
-    make_store: Factory, embedder: HashEmbedder
+    make_store: Factory, embedder: HashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    indexes = instances_of(monkeypatch, VectorIndex)
     mem = make_store(embedder=embedder, tier_override="standard")
     fill(mem)
     queries = ("Biscuit", "Lisbon job", "risotto family", "dentist Thursday")
     before = [[(h.id, h.score) for h in mem.recall(q, 5)] for q in queries]
     mem.reconfigure(tier_override="lite")
     assert mem.stats()["vector_backend"] == "numpy-stream"
-    assert mem._vectors.resident_bytes == 0
+    assert indexes[-1].resident_bytes == 0
     after = [[(h.id, h.score) for h in mem.recall(q, 5)] for q in queries]
     assert after == before
 
@@ -631,8 +636,9 @@ def test_a_model_change_between_runs_warns_once_and_reindex_re_embeds(
 
 
 def test_reindex_re_embeds_stale_chunks_with_progress(
-    make_store: Factory, store_path: Path
+    make_store: Factory, store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sources = instances_of(monkeypatch, EmbeddingSource)
     first = make_store(embedder=HashEmbedder(dim=64))
     fill(first, TURNS * 25)  # 150 chunks: three batches
     first.close()
@@ -640,7 +646,7 @@ def test_reindex_re_embeds_stale_chunks_with_progress(
     # Nothing has been embedded by this instance yet, so reindex must learn the new
     # dimension from the model itself. It once read it from meta (the old model's 64),
     # found no stale chunk and returned 0, unless the worker happened to embed first.
-    assert mem._embedding.dims == {}
+    assert sources[-1].dims == {}
     progress: list[tuple[int, int]] = []
     assert mem.reindex(lambda done, total: progress.append((done, total))) == 150
     assert progress == [(64, 150), (128, 150), (150, 150)]
