@@ -1071,11 +1071,24 @@ def test_fact_score(store: Store) -> None:
     assert sig.fact_score("ai_job", "") == (pytest.approx(0.7), ("ai",))
 
 
+def fact_where(filters: Filters) -> tuple[str, list[object]]:
+    """The live-fact and time filters as SQL, for the reference scan."""
+    sql = " AND f.invalidated_at IS NULL AND f.archived = 0"
+    params: list[object] = []
+    if filters.since is not None:
+        sql += " AND f.valid_from >= ?"
+        params.append(filters.since)
+    if filters.until is not None:
+        sql += " AND f.valid_from < ?"
+        params.append(filters.until)
+    return sql, params
+
+
 def live_fact_scores(
     mem: Store, sig: graph_signal.Signal, filters: Filters
 ) -> dict[int, tuple[float, tuple[str, ...]]]:
     """The reference: ``fact_score`` over every fact that passes the filters."""
-    where, params = filters.fact_sql("f")
+    where, params = fact_where(filters)
     with reading(mem) as conn:
         rows = conn.execute(f"SELECT f.id, f.key, f.value FROM facts f WHERE 1 = 1{where}", params)
         scored = {int(r[0]): sig.fact_score(r[1], r[2]) for r in rows}

@@ -83,6 +83,22 @@ def add_chunks(
     return ids
 
 
+def chunk_where(filters: Filters) -> tuple[str, list[object]]:
+    """The session and time filters as SQL, for the reference scan."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if filters.exclude_session is not None:
+        clauses.append("c.session_id <> ?")
+        params.append(filters.exclude_session)
+    if filters.since is not None:
+        clauses.append("c.created_at >= ?")
+        params.append(filters.since)
+    if filters.until is not None:
+        clauses.append("c.created_at < ?")
+        params.append(filters.until)
+    return "".join(f" AND {c}" for c in clauses), params
+
+
 def reference(
     database: db_module.Database,
     query: np.ndarray,
@@ -91,7 +107,7 @@ def reference(
     label: str = LABEL,
 ) -> list[tuple[int, float]]:
     """Brute force: every current row, filters in SQL, float64 scores, (-score, -id)."""
-    where, params = filters.chunk_sql("c")
+    where, params = chunk_where(filters)
     rows = raw.rows(
         database,
         "SELECT c.id, c.embedding FROM chunks c WHERE c.embedding_model = ? "

@@ -195,31 +195,6 @@ class Filters:
     since: str | None = None
     until: str | None = None
 
-    def chunk_sql(self, alias: str = "c") -> tuple[str, list[object]]:
-        clauses: list[str] = []
-        params: list[object] = []
-        if self.exclude_session is not None:
-            clauses.append(f"{alias}.session_id <> ?")
-            params.append(self.exclude_session)
-        if self.since is not None:
-            clauses.append(f"{alias}.created_at >= ?")
-            params.append(self.since)
-        if self.until is not None:
-            clauses.append(f"{alias}.created_at < ?")
-            params.append(self.until)
-        return "".join(f" AND {c}" for c in clauses), params
-
-    def fact_sql(self, alias: str = "f") -> tuple[str, list[object]]:
-        sql = f" AND {alias}.invalidated_at IS NULL AND {alias}.archived = 0"
-        params: list[object] = []
-        if self.since is not None:
-            sql += f" AND {alias}.valid_from >= ?"
-            params.append(self.since)
-        if self.until is not None:
-            sql += f" AND {alias}.valid_from < ?"
-            params.append(self.until)
-        return sql, params
-
 
 # What finishes a started facts' vector leg: [(fact_id, cosine)], best first, live facts
 # passing the time filters; None when the query could not be embedded.
