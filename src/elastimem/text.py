@@ -117,11 +117,6 @@ def query_terms(query: object) -> list[str]:
     return kept[:MAX_QUERY_TERMS]
 
 
-def fts_match_expression(terms: list[str]) -> str:
-    """Quote every term and OR them together; no term can inject FTS syntax."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
 def normalize_key(key: str) -> str:
     """Normalise a fact key (§5.4): NFKC, casefold, strip, ``_`` joins, letters/digits/_ only."""
     text = unicodedata.normalize("NFKC", sanitize(key)).casefold().strip()

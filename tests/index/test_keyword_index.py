@@ -19,9 +19,10 @@ import elastimem
 from elastimem.index import keyword as keyword_index
 from elastimem.index.keyword import FACTS, KeywordIndex
 from elastimem.storage.sqlite.database import open_store
+from elastimem.storage.sqlite.fts import fts_match_expression
 from elastimem.storage.sqlite.postings import SqlitePostingRows, SqliteTokenizer
 from elastimem.storage.sqlite.tx import SqliteTx
-from elastimem.text import fts_match_expression, query_terms
+from elastimem.text import query_terms
 from tests.conftest import wait_until
 from tests.rows import execute as execute_raw
 

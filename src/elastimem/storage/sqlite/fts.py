@@ -118,3 +118,9 @@ def reconcile(conn: sqlite3.Connection) -> bool:
     elif not available and state is None:
         set_meta(conn, "fts.state", "off")
     return available
+
+
+def fts_match_expression(terms: list[str]) -> str:
+    """An FTS5 MATCH expression for ``terms``: every term quoted, ORed together, so no term
+    can inject FTS syntax."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ...errors import StoreError
-from ...text import em_fold, fts_match_expression
+from ...text import em_fold
 from ..postings import ERASE_GEN_KEY, PostingRows, PostingsState
-from .fts import FTS_TOKENIZER
+from .fts import FTS_TOKENIZER, fts_match_expression
 
 _T = TypeVar("_T")
 
