@@ -25,6 +25,7 @@ ordinary role (``grant_to``).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # The ledger's version of the layout below (it mirrors SQLite schema v7). Higher versions
@@ -43,14 +44,15 @@ per table (chunks; facts with key and value counted together, as FTS5 counts a r
 columns): for each term, the ids of the rows holding it with the term's frequency there
 (``*_terms``: the primary key (user_id, term, id) serves "the postings of a term" as one index
 range); each row's length in tokens D (``term_count`` on the row, NULL until its postings are
-written); N, the number of rows with postings, and the sum of their lengths for avgdl
-(``count(term_count)`` and ``sum(term_count)`` per user, or counters in ``meta`` kept by the
-same transaction). The terms are those of SQLite's tokenizer (``porter unicode61
-remove_diacritics 2``), made by the family that writes the rows with that very tokenizer in a
-private in-memory SQLite FTS5 table (as ``index.keyword`` tokenises appended chunks), so BM25
-ranks alike on both backends; PostgreSQL's own ``to_tsvector`` stems and drops words
-differently, so a tsvector column would not. Postings are deleted with their row (composite
-foreign keys, ON DELETE CASCADE), so erase leaves none behind.
+written); N, the number of rows with postings, and the sum of their lengths for avgdl (counters
+in ``meta`` kept by a trigger in the same transaction, ``TERM_TOTALS_KEYS``; they equal
+``count(term_count)`` and ``sum(term_count)`` of the user's rows). The terms are those of
+SQLite's tokenizer (``porter unicode61 remove_diacritics 2``), made by the family that writes
+the rows with that very tokenizer in a private in-memory SQLite FTS5 table (as
+``index.keyword`` tokenises appended chunks), so BM25 ranks alike on both backends;
+PostgreSQL's own ``to_tsvector`` stems and drops words differently, so a tsvector column would
+not. Postings are deleted with their row (composite foreign keys, ON DELETE CASCADE), so erase
+leaves none behind.
 """
 
 # One statement per table, in foreign-key order (dict order is creation order).
@@ -279,7 +281,7 @@ TABLES: dict[str, str] = {
     # Keyword postings (KEYWORD_DOC).
     "chunk_terms": f"""CREATE TABLE chunk_terms (
     {_USER},
-    term text NOT NULL,
+    term text COLLATE "C" NOT NULL,
     chunk_id bigint NOT NULL,
     tf integer NOT NULL CHECK (tf > 0),
     PRIMARY KEY (user_id, term, chunk_id),
@@ -287,13 +289,22 @@ TABLES: dict[str, str] = {
 )""",
     "fact_terms": f"""CREATE TABLE fact_terms (
     {_USER},
-    term text NOT NULL,
+    term text COLLATE "C" NOT NULL,
     fact_id bigint NOT NULL,
     tf integer NOT NULL CHECK (tf > 0),
     PRIMARY KEY (user_id, term, fact_id),
     FOREIGN KEY (user_id, fact_id) REFERENCES facts (user_id, id) ON DELETE CASCADE
 )""",
 }
+
+# Every foreign key is DEFERRABLE (INITIALLY IMMEDIATE: checked per statement as written):
+# an import (``admin.prepare_import``) defers them to its commit, as SQLite's
+# ``defer_foreign_keys`` does, so exported rows go in table by table with their own ids.
+_FOREIGN_KEY = re.compile(
+    r"(FOREIGN KEY \([^)]*\) REFERENCES \w+ \(user_id, id\)"
+    r"(?:\s+ON DELETE (?:CASCADE|SET NULL \(\w+\)))?)"
+)
+TABLES = {name: _FOREIGN_KEY.sub(r"\1 DEFERRABLE", ddl) for name, ddl in TABLES.items()}
 
 # Tables without user data: no user_id, no row-level security.
 SHARED_TABLES = frozenset({LEDGER_TABLE})
@@ -383,7 +394,49 @@ def _stamp_triggers() -> tuple[str, ...]:
     return tuple(made)
 
 
-TRIGGERS: tuple[str, ...] = _stamp_triggers()
+# Per corpus of keyword postings, the ``meta`` key holding "<rows> <tokens> <stamp>": the
+# documents with postings (``term_count`` set), their tokens, and a new random stamp on every
+# change, kept by the trigger below in the writing transaction, so the BM25 inputs N and
+# avgdl and the change marker of ``postings.state`` are one primary-key read.
+TERM_TOTALS_KEYS = {"chunks": "postings.chunks", "facts": "postings.facts"}
+TERM_TOTALS_FUNCTION = """CREATE FUNCTION elastimem_term_totals() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    owner text;
+    rows_by bigint := 0;
+    tokens_by bigint := 0;
+    stamp text := upper(substr(md5(random()::text), 1, 16));
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        owner := OLD.user_id;
+        IF OLD.term_count IS NOT NULL THEN
+            rows_by := rows_by - 1;
+            tokens_by := tokens_by - OLD.term_count;
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        owner := NEW.user_id;
+        IF NEW.term_count IS NOT NULL THEN
+            rows_by := rows_by + 1;
+            tokens_by := tokens_by + NEW.term_count;
+        END IF;
+    END IF;
+    INSERT INTO meta (user_id, key, value)
+    VALUES (owner, TG_ARGV[0], rows_by || ' ' || tokens_by || ' ' || stamp)
+    ON CONFLICT (user_id, key) DO UPDATE SET value =
+        (split_part(meta.value, ' ', 1)::bigint + rows_by) || ' ' ||
+        (split_part(meta.value, ' ', 2)::bigint + tokens_by) || ' ' || stamp;
+    RETURN NULL;
+END
+$$"""
+_TERM_COLUMNS = {"chunks": "text, term_count", "facts": "key, value, term_count"}
+
+TRIGGERS: tuple[str, ...] = _stamp_triggers() + tuple(
+    f"CREATE TRIGGER {table}_term_totals AFTER INSERT OR DELETE OR UPDATE OF "
+    f"{_TERM_COLUMNS[table]} ON {table} "
+    f"FOR EACH ROW EXECUTE FUNCTION elastimem_term_totals('{key}')"
+    for table, key in TERM_TOTALS_KEYS.items()
+)
 
 _POLICY_TEST = f"user_id = current_setting('{USER_SETTING}', true)"
 
@@ -403,6 +456,7 @@ def create_statements() -> list[str]:
     statements = [ddl for name, ddl in TABLES.items() if name != LEDGER_TABLE]
     statements.extend(INDEXES)
     statements.append(STAMP_FUNCTION)
+    statements.append(TERM_TOTALS_FUNCTION)
     statements.extend(TRIGGERS)
     for table in USER_TABLES:
         statements.extend(row_security(table))
