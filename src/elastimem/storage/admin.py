@@ -156,6 +156,12 @@ class StoreUpkeep(Protocol):
 
 def upkeep(database: Any) -> StoreUpkeep:
     """The upkeep of ``database`` (one implementation per backend)."""
+    from .postgres.database import PostgresDatabase
+
+    if isinstance(database, PostgresDatabase):
+        from .postgres.admin import PostgresUpkeep
+
+        return PostgresUpkeep(database)
     from .sqlite.upkeep import SqliteUpkeep
 
     return SqliteUpkeep(database)
