@@ -276,3 +276,41 @@ def test_upkeep_of_a_postgres_store_does_nothing(open_pg: Any) -> None:
         cleaner.purge_erased({"chunks", "facts"})
     with database.read() as tx:
         assert tx.postings.state("chunks").rows == len(TEXTS)
+
+
+def test_the_keyword_index_ranks_alike_on_both_backends(open_pg: Any, tmp_path: Path) -> None:
+    from elastimem.index.keyword import CHUNKS, KeywordIndex
+
+    queries = [["running"], ["garden", "walrus"], ["café", "zebra"], ["résumé", "the"]]
+    more = ["a walrus in the garden", "running running running", "zebra café"]
+
+    def ranked(database: Any) -> list[list[tuple[int, float]]]:
+        index = KeywordIndex(CHUNKS)
+        try:
+            with database.atomic() as tx:
+                _, ids, _ = _fill(tx)
+            with database.read() as tx:  # the first query loads the postings
+                out = [index.top(tx, q, 5, any_size=True) for q in queries]
+            with database.atomic() as tx:  # then new rows are appended to the cache
+                session_id = _session(tx)
+                message = tx.transcript.insert_message(
+                    session_id, 1, "user", "m", created_at=T0, token_estimate=1
+                )
+                ids += tx.transcript.insert_chunks(
+                    session_id, message, message, more, created_at=T0
+                )
+            with database.read() as tx:
+                out += [index.top(tx, q, 5, any_size=True) for q in queries]
+        finally:
+            index.close()
+        at = {row_id: n for n, row_id in enumerate(ids)}
+        assert all(found is not None for found in out)
+        return [[(at[i], round(s, 9)) for i, s in found or []] for found in out]
+
+    sqlite_db = storage.open_database(tmp_path / "same.db")
+    try:
+        want = ranked(sqlite_db)
+    finally:
+        sqlite_db.close()
+    assert ranked(open_pg()) == want
+    assert all(want)
