@@ -314,3 +314,18 @@ def test_the_keyword_index_ranks_alike_on_both_backends(open_pg: Any, tmp_path: 
         sqlite_db.close()
     assert ranked(open_pg()) == want
     assert all(want)
+
+
+def test_writes_that_leave_the_keyword_text_alone_leave_the_postings_state(open_pg: Any) -> None:
+    database = open_pg()
+    with database.atomic() as tx:
+        _, chunks, facts = _fill(tx)
+    with database.read() as tx:
+        before = [tx.postings.state(c) for c in ("chunks", "facts")]
+    with database.atomic() as tx:
+        tx.vectors.store(chunks[0], np.ones(4, dtype=np.float32) / 2, "m", 1)
+        tx.transcript.raise_chunk_importance(chunks, 0.9)
+        tx.facts.touch(facts, T0)
+        tx.facts.archive(facts[:1])
+    with database.read() as tx:
+        assert [tx.postings.state(c) for c in ("chunks", "facts")] == before

@@ -396,47 +396,78 @@ def _stamp_triggers() -> tuple[str, ...]:
 
 # Per corpus of keyword postings, the ``meta`` key holding "<rows> <tokens> <stamp>": the
 # documents with postings (``term_count`` set), their tokens, and a new random stamp on every
-# change, kept by the trigger below in the writing transaction, so the BM25 inputs N and
-# avgdl and the change marker of ``postings.state`` are one primary-key read.
+# change, kept by the triggers below in the writing transaction, so the BM25 inputs N and
+# avgdl and the change marker of ``postings.state`` are one primary-key read. The triggers
+# run once per statement over its transition tables: a row trigger upserting the same meta
+# row for every row of a bulk insert grew quadratically (rebuilding 2.5k / 5k / 10k chunks'
+# postings: 0.8 / 2.4 / 5.8 s), as each upsert walks the versions its own transaction made.
 TERM_TOTALS_KEYS = {"chunks": "postings.chunks", "facts": "postings.facts"}
 TERM_TOTALS_FUNCTION = """CREATE FUNCTION elastimem_term_totals() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    owner text;
-    rows_by bigint := 0;
-    tokens_by bigint := 0;
     stamp text := upper(substr(md5(random()::text), 1, 16));
+    owners text[];
+    rows_by bigint[];
+    tokens_by bigint[];
 BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        owner := OLD.user_id;
-        IF OLD.term_count IS NOT NULL THEN
-            rows_by := rows_by - 1;
-            tokens_by := tokens_by - OLD.term_count;
-        END IF;
+    IF TG_OP = 'INSERT' THEN
+        SELECT array_agg(user_id), array_agg(r), array_agg(t) INTO owners, rows_by, tokens_by
+        FROM (SELECT user_id, count(term_count) AS r, coalesce(sum(term_count), 0) AS t
+              FROM new_rows GROUP BY user_id) d;
+    ELSIF TG_OP = 'DELETE' THEN
+        SELECT array_agg(user_id), array_agg(r), array_agg(t) INTO owners, rows_by, tokens_by
+        FROM (SELECT user_id, -count(term_count) AS r, -coalesce(sum(term_count), 0) AS t
+              FROM old_rows GROUP BY user_id) d;
+    ELSIF TG_TABLE_NAME = 'chunks' THEN
+        SELECT array_agg(user_id), array_agg(r), array_agg(t) INTO owners, rows_by, tokens_by
+        FROM (SELECT n.user_id, count(n.term_count) - count(o.term_count) AS r,
+                  coalesce(sum(n.term_count), 0) - coalesce(sum(o.term_count), 0) AS t
+              FROM old_rows o JOIN new_rows n ON n.user_id = o.user_id AND n.id = o.id
+              WHERE o.term_count IS DISTINCT FROM n.term_count
+                  OR o.text IS DISTINCT FROM n.text
+              GROUP BY n.user_id) d;
+    ELSE
+        SELECT array_agg(user_id), array_agg(r), array_agg(t) INTO owners, rows_by, tokens_by
+        FROM (SELECT n.user_id, count(n.term_count) - count(o.term_count) AS r,
+                  coalesce(sum(n.term_count), 0) - coalesce(sum(o.term_count), 0) AS t
+              FROM old_rows o JOIN new_rows n ON n.user_id = o.user_id AND n.id = o.id
+              WHERE o.term_count IS DISTINCT FROM n.term_count
+                  OR (o.key, o.value) IS DISTINCT FROM (n.key, n.value)
+              GROUP BY n.user_id) d;
     END IF;
-    IF TG_OP <> 'DELETE' THEN
-        owner := NEW.user_id;
-        IF NEW.term_count IS NOT NULL THEN
-            rows_by := rows_by + 1;
-            tokens_by := tokens_by + NEW.term_count;
-        END IF;
+    IF owners IS NULL THEN
+        RETURN NULL;  -- the statement changed no document
     END IF;
     INSERT INTO meta (user_id, key, value)
-    VALUES (owner, TG_ARGV[0], rows_by || ' ' || tokens_by || ' ' || stamp)
+    SELECT d.owner, TG_ARGV[0], d.r || ' ' || d.t || ' ' || stamp
+    FROM unnest(owners, rows_by, tokens_by) AS d(owner, r, t)
     ON CONFLICT (user_id, key) DO UPDATE SET value =
-        (split_part(meta.value, ' ', 1)::bigint + rows_by) || ' ' ||
-        (split_part(meta.value, ' ', 2)::bigint + tokens_by) || ' ' || stamp;
+        (split_part(meta.value, ' ', 1)::bigint + split_part(excluded.value, ' ', 1)::bigint)
+        || ' ' ||
+        (split_part(meta.value, ' ', 2)::bigint + split_part(excluded.value, ' ', 2)::bigint)
+        || ' ' || stamp;
     RETURN NULL;
 END
 $$"""
-_TERM_COLUMNS = {"chunks": "text, term_count", "facts": "key, value, term_count"}
 
-TRIGGERS: tuple[str, ...] = _stamp_triggers() + tuple(
-    f"CREATE TRIGGER {table}_term_totals AFTER INSERT OR DELETE OR UPDATE OF "
-    f"{_TERM_COLUMNS[table]} ON {table} "
-    f"FOR EACH ROW EXECUTE FUNCTION elastimem_term_totals('{key}')"
-    for table, key in TERM_TOTALS_KEYS.items()
-)
+
+def _term_triggers() -> tuple[str, ...]:
+    made = []
+    for table, key in TERM_TOTALS_KEYS.items():
+        for event, referencing in (
+            ("INSERT", "NEW TABLE AS new_rows"),
+            ("DELETE", "OLD TABLE AS old_rows"),
+            ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+        ):
+            made.append(
+                f"CREATE TRIGGER {table}_term_totals_{event.lower()} AFTER {event} ON {table} "
+                f"REFERENCING {referencing} FOR EACH STATEMENT "
+                f"EXECUTE FUNCTION elastimem_term_totals('{key}')"
+            )
+    return tuple(made)
+
+
+TRIGGERS: tuple[str, ...] = _stamp_triggers() + _term_triggers()
 
 _POLICY_TEST = f"user_id = current_setting('{USER_SETTING}', true)"
 
