@@ -329,3 +329,42 @@ def test_writes_that_leave_the_keyword_text_alone_leave_the_postings_state(open_
         tx.facts.archive(facts[:1])
     with database.read() as tx:
         assert [tx.postings.state(c) for c in ("chunks", "facts")] == before
+
+
+def test_export_pages_through_every_key_kind_in_sqlites_order(
+    open_pg: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from elastimem.storage.postgres import admin
+
+    monkeypatch.setattr(admin, "EXPORT_PAGE", 2)
+    database = open_pg()
+    keys = ["b", "B", "a", "Z", "é", "_x", "a b"]
+    with database.atomic() as tx:
+        for key in keys:
+            tx.meta.set(key, key)
+        _, chunks, _ = _fill(tx)
+        for node_id in (3, 1, 2):
+            assert (
+                tx.admin.insert_row(
+                    "graph_nodes",
+                    ["id", "type", "canonical_name", "created_at", "updated_at"],
+                    [node_id, "person", f"n{node_id}", T0, T0],
+                )
+                is None
+            )
+            for chunk_id in reversed(chunks[:3]):
+                names = ["node_id", "chunk_id", "created_at"]
+                assert tx.admin.insert_row("graph_mentions", names, [node_id, chunk_id, T0]) is None
+        for dim, label in ((8, "b"), (4, "b"), (4, "B"), (2, "a")):
+            tx.vectors.save_snapshot(label, dim, 1, 1, b"x")
+    with database.read() as tx:
+        meta = [tuple(r) for r in tx.admin.export_rows("meta", ["key"], keys)]
+        mentions = [
+            tuple(r) for r in tx.admin.export_rows("graph_mentions", ["node_id", "chunk_id"])
+        ]
+        snapshots = [tuple(r) for r in tx.admin.export_rows("ann_index", ["label", "dim"])]
+        chunk_ids = [r[0] for r in tx.admin.export_rows("chunks", ["id"])]
+    assert meta == [(k,) for k in sorted(keys)]  # code point order, as SQLite sorts text
+    assert mentions == sorted((n, c) for n in (1, 2, 3) for c in chunks[:3])
+    assert snapshots == [("B", 4), ("a", 2), ("b", 4), ("b", 8)]
+    assert chunk_ids == chunks
