@@ -1,5 +1,7 @@
 """Rows the contract suite needs from families that cannot write them yet (sessions, chunks,
-facts), written through the test's own connection (``tests.rows``).
+facts), written through the test's own connection (``tests.rows``) on SQLite, and through the
+transcript and facts families on PostgreSQL (which write the rows' keyword postings with
+them, as the store does).
 
 Backend-specific on purpose and kept in this one file: a second backend adds its own way
 to seed the same rows, and the contract tests above it stay as they are.
@@ -12,8 +14,22 @@ from typing import Any
 from tests import rows as raw
 
 
+def _postgres(database: Any) -> bool:
+    return type(database).__module__.startswith("elastimem.storage.postgres")
+
+
 def add_session(database: Any, started_at: str = "2025-01-01T10:00:00.000000Z") -> int:
     """A new session with one message; its id."""
+    if _postgres(database):
+        with database.atomic() as tx:
+            sid = tx.transcript.insert_session(
+                above=0, started_at=started_at, host_tag=None, owner_pid=0, owner_host="seed",
+                heartbeat_at=started_at, backdated=False,
+            )  # fmt: skip
+            tx.transcript.insert_message(
+                sid, 1, "user", "x", created_at=started_at, token_estimate=1
+            )
+        return int(sid)
     with raw.connect(database) as conn:
         sid = int(
             conn.execute("INSERT INTO sessions (started_at) VALUES (?)", (started_at,)).lastrowid
@@ -32,6 +48,16 @@ def add_chunks(
 ) -> list[int]:
     """One chunk per text in ``session_id`` (no vector); their ids, ascending."""
     ids: list[int] = []
+    if _postgres(database):
+        with database.atomic() as tx:
+            msg = tx.conn.execute(
+                "SELECT min(id) FROM messages WHERE user_id = %s AND session_id = %s",
+                (tx.user_id, session_id),
+            ).fetchone()[0]
+            for i, text in enumerate(texts):
+                at = created_at or f"2025-01-01T10:00:{i % 60:02d}.000000Z"
+                ids += tx.transcript.insert_chunks(session_id, msg, msg, [text], created_at=at)
+        return ids
     with raw.connect(database) as conn:
         msg = conn.execute(
             "SELECT min(id) FROM messages WHERE session_id = ?", (session_id,)
@@ -51,6 +77,22 @@ def add_facts(database: Any, pairs: list[tuple[str, str]]) -> list[int]:
     """One live note per ``(key, value)``; their ids, ascending."""
     ids: list[int] = []
     at = "2025-01-01T10:00:00.000000Z"
+    if _postgres(database):
+        with database.atomic() as tx:
+            for key, value in pairs:
+                ids.append(
+                    tx.facts.insert_version(
+                        key,
+                        value,
+                        category="note",
+                        source="explicit",
+                        importance=0.5,
+                        created_at=at,
+                        valid_from=at,
+                        origin_session_id=None,
+                    )
+                )
+        return ids
     with raw.connect(database) as conn:
         for key, value in pairs:
             cur = conn.execute(
@@ -63,5 +105,11 @@ def add_facts(database: Any, pairs: list[tuple[str, str]]) -> list[int]:
 
 
 def delete_chunks(database: Any, ids: list[int]) -> None:
+    if _postgres(database):
+        with database.atomic() as tx:
+            tx.conn.execute(
+                "DELETE FROM chunks WHERE user_id = %s AND id = ANY(%s)", (tx.user_id, ids)
+            )
+        return
     with raw.connect(database) as conn:
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in ids])

@@ -155,7 +155,12 @@ class StoreUpkeep(Protocol):
 
 
 def upkeep(database: Any) -> StoreUpkeep:
-    """The upkeep of ``database`` (one implementation per backend)."""
+    """The upkeep of ``database`` (one implementation per backend): a database that makes its
+    own (``upkeep()``, as the PostgreSQL one does) gives it; otherwise SQLite's."""
+    own = getattr(database, "upkeep", None)
+    if callable(own):
+        made: StoreUpkeep = own()
+        return made
     from .sqlite.upkeep import SqliteUpkeep
 
     return SqliteUpkeep(database)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...clock import now_ts
 from ...errors import ConfigError, StoreClosedError, StoreError, StoreLockedError
+from ..admin import StoreUpkeep
 from . import migrations
 from .schema import USER_SETTING
 from .tx import PostgresTx
@@ -430,6 +431,12 @@ class PostgresDatabase:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def upkeep(self) -> StoreUpkeep:
+        """What an erase does to the server's files: nothing (``admin.PostgresUpkeep``)."""
+        from .admin import PostgresUpkeep
+
+        return PostgresUpkeep(self)
 
     def checkpoint(self, mode: str = "PASSIVE") -> None:
         """Nothing to do: the server checkpoints its own write-ahead log."""

@@ -21,14 +21,19 @@ from ..postings import PostingRows
 from ..stats import StatsRows
 from ..transcript import TranscriptRows
 from ..vectors import VectorRows
+from .admin import PostgresAdminRows
 from .facts import PostgresFactRows
 from .graph import PostgresGraphRows
 from .lessons import PostgresLessonRows
 from .meta import PostgresMetaRows
+from .postings import PostgresPostingRows
 from .transcript import PostgresTranscriptRows
+from .vectors import PostgresVectorRows
 
 # The families written for PostgreSQL so far; the others raise NotImplementedError.
-IMPLEMENTED_FAMILIES = frozenset({"meta", "transcript", "facts", "lessons", "graph"})
+IMPLEMENTED_FAMILIES = frozenset(
+    {"meta", "transcript", "facts", "lessons", "graph", "vectors", "postings", "admin"}
+)
 
 
 def _not_yet(family: str) -> NoReturn:
@@ -79,17 +84,17 @@ class PostgresTx:
     def graph(self) -> GraphRows:
         return PostgresGraphRows(self.conn, self.user_id)
 
-    @property
+    @cached_property
     def vectors(self) -> VectorRows:
-        _not_yet("vectors")
+        return PostgresVectorRows(self.conn, self.user_id)
 
-    @property
+    @cached_property
     def postings(self) -> PostingRows:
-        _not_yet("postings")
+        return PostgresPostingRows(self.conn, self.user_id)
 
-    @property
+    @cached_property
     def admin(self) -> AdminRows:
-        _not_yet("admin")
+        return PostgresAdminRows(self.conn, self.user_id)
 
     @property
     def stats(self) -> StatsRows:
