@@ -129,6 +129,62 @@ class PostgresPostingRows:
                 f"Python's sqlite3 lacks ({exc}); use a Python whose SQLite has FTS5"
             ) from exc
 
+    # -- the query path's fallbacks (issue #18: still to come on PostgreSQL) -------------------
+    # The keyword legs use these only when the cached-postings index is not in use (the LITE
+    # tier, or a store without a keyword index); on PostgreSQL the index always is, so far.
+
+    NOT_YET = frozenset({"chunk_matches", "chunk_term_counts", "fact_matches", "fact_term_counts"})
+
+    def chunk_matches(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        exclude_session: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        raise _not_yet("chunk_matches")
+
+    def chunk_term_counts(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        exclude_session: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        raise _not_yet("chunk_term_counts")
+
+    def fact_matches(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        live_only: bool = True,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        raise _not_yet("fact_matches")
+
+    def fact_term_counts(
+        self,
+        terms: list[str],
+        limit: int,
+        *,
+        live_only: bool = True,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> list[tuple[int, float]] | None:
+        raise _not_yet("fact_term_counts")
+
+
+def _not_yet(method: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"postings.{method} is not implemented on PostgreSQL yet (issue #18)"
+    )
+
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
 
