@@ -4,7 +4,9 @@ A server's files hold every user's rows, so there is no file of one user's store
 ``file_bytes`` is the bytes of this user's rows as stored (``pg_column_size`` of each row
 over every user table, TOAST-compressed values at their stored size), without the indexes,
 free space and dead row versions the server also keeps for them (the database's size,
-``pg_database_size``, would tell one user about all the others). ``file_mode`` is None: the
+``pg_database_size``, would tell one user about all the others). It reads every row of the
+user (measured: 0.11 s for 10k chunks, against 8 ms for ``counts``), which is fine for
+``stats()`` and is why nothing on a hot path asks for it. ``file_mode`` is None: the
 server's files are the operator's, not the library's.
 """
 
