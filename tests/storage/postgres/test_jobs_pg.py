@@ -175,3 +175,21 @@ def test_a_worker_killed_inside_its_claim_leaves_the_job_queued(
     with database.atomic() as tx:
         again = tx.jobs.claim(Owner(301, "w"), (), now=T0, lease_until=LEASE_END)
     assert again is not None and again.id == job
+
+
+def test_a_users_queue_and_failure_cap_are_its_own(open_pg: Any) -> None:
+    mine, theirs = open_pg(), open_pg()
+    their_jobs = _queue(theirs, 3)
+    with theirs.atomic() as tx:
+        for job in their_jobs:
+            tx.jobs.mark_failed(job, 3, "boom", now=T0, failed_kept=10)
+    (job,) = _queue(mine, 1)
+    with mine.atomic() as tx:
+        tx.jobs.mark_failed(job, 3, "boom", now=T0, failed_kept=1)
+        assert tx.jobs.claim(Owner(9, "w"), (), now=T0, lease_until=LEASE_END) is None
+        assert tx.jobs.unfinished_owners() == []
+        tx.jobs.delete_many(their_jobs)  # not this user's rows: nothing happens
+    with theirs.read() as tx:
+        assert tx.stats.counts()["jobs_failed"] == 3  # another user's cap kept them
+    with mine.read() as tx:
+        assert tx.stats.counts()["jobs_failed"] == 1

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..jobs import Job, JobOwner, JobRows
 from ..sqlite.jobs import load_payload
+from .sql import limit as _limit
 
 
 class PostgresJobRows:
@@ -145,7 +146,7 @@ class PostgresJobRows:
             "DELETE FROM jobs WHERE user_id = %s AND state = 'failed' AND id NOT IN ("
             "SELECT id FROM jobs WHERE user_id = %s AND state = 'failed' "
             "ORDER BY id DESC LIMIT %s)",
-            (self._user, self._user, max(failed_kept, 0)),
+            (self._user, self._user, _limit(failed_kept)),
         )
 
     def retry_later(
