@@ -387,11 +387,6 @@ def test_upkeep_around_an_erase_keeps_what_was_not_erased(backend_database: Any)
 def test_count_unfinished_counts_queued_and_running_jobs_of_the_list(
     backend_database: Any,
 ) -> None:
-    if type(backend_database).__module__.startswith("elastimem.storage.postgres"):
-        from elastimem.storage.postgres.tx import IMPLEMENTED_FAMILIES
-
-        if "jobs" not in IMPLEMENTED_FAMILIES:
-            pytest.skip("the jobs family is not implemented on PostgreSQL yet (issue #18)")
     base = {"kind": "consolidate", "priority": 4, "created_at": NOW, "updated_at": NOW}
     with backend_database.atomic() as tx:
         for job_id, state in ((1, "queued"), (2, "running"), (3, "held"), (4, "failed")):

@@ -11,47 +11,6 @@ import pytest
 from elastimem.index.vectors import write_vectors
 from tests.storage.contract.seed import fact, session, turn
 
-APPENDED = {
-    "transcript": (
-        "session_chunk_ids",
-        "chunk_spans",
-        "chunk_rows",
-        "chunk_texts",
-        "consecutive_pairs",
-        "chunks_without_vector",
-        "any_chunk_without_vector",
-        "chunks_needing_vector",
-        "all_chunk_ids",
-        "chunk_ids_needing_vector",
-        "turn_messages",
-        "turn_chunks",
-        "set_rolling_summary",
-        "recent_user_messages",
-        "set_session_summary",
-    ),
-    "facts": ("key_exists", "keys_of", "archived_among", "candidate_rows", "live_attributes"),
-    "postings": ("chunk_matches", "chunk_term_counts", "fact_matches", "fact_term_counts"),
-}
-
-
-@pytest.fixture(autouse=True)
-def _appended_methods(backend_database: Any) -> None:
-    """A backend that does not have these methods yet is skipped, as the family files are."""
-    missing: list[str] = []
-    with backend_database.read() as tx:
-        for family, names in APPENDED.items():
-            try:
-                rows = getattr(tx, family)
-            except NotImplementedError:  # the whole family is still to come
-                missing.append(family)
-                continue
-            not_yet = getattr(rows, "NOT_YET", frozenset())
-            missing += [
-                f"{family}.{name}" for name in names if not hasattr(rows, name) or name in not_yet
-            ]
-    if missing:
-        pytest.skip(f"not implemented on this backend yet (issue #18): {', '.join(missing)}")
-
 
 @pytest.fixture
 def chats(backend_database: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ...errors import StoreError
 from ..postings import ERASE_GEN_KEY, PostingRows, PostingsState
 from ..sqlite.postings import SqliteTokenizer
 from .schema import TERM_TOTALS_KEYS
+from .search import Bm25, pages, term_counts
 
 # Per corpus: (table of rows, postings table, its row-id column, the row's keyword text).
 _CORPORA = {
@@ -129,11 +130,24 @@ class PostgresPostingRows:
                 f"Python's sqlite3 lacks ({exc}); use a Python whose SQLite has FTS5"
             ) from exc
 
-    # -- the query path's fallbacks (issue #18: still to come on PostgreSQL) -------------------
-    # The keyword legs use these only when the cached-postings index is not in use (the LITE
-    # tier, or a store without a keyword index); on PostgreSQL the index always is, so far.
+    # -- the query path's fallbacks (storage.postgres.search) ----------------------------------
+    # The keyword legs use these where the cached-postings index does not answer: time
+    # filters, a term the tokenizer splits into a phrase, a term whose postings cost more to
+    # read than to rank here, a corpus below the index's size floor. Errors of the server are
+    # raised (as StoreError, by ``database``), not answered with None: they end the
+    # transaction on PostgreSQL, so going on without the leg is no option.
 
-    NOT_YET = frozenset({"chunk_matches", "chunk_term_counts", "fact_matches", "fact_term_counts"})
+    def _bm25(self, corpus: str) -> Bm25:
+        table, postings, column, _text = _corpus(corpus)
+        columns = ("text",) if corpus == "chunks" else ("key", "value")
+        return Bm25(
+            self._conn,
+            self._user,
+            table=table,
+            postings=postings,
+            column=column,
+            text_columns=columns,
+        )
 
     def chunk_matches(
         self,
@@ -144,7 +158,11 @@ class PostgresPostingRows:
         since: str | None = None,
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
-        raise _not_yet("chunk_matches")
+        where, params = _chunk_filter(exclude_session, since, until)
+        state = self.state("chunks")
+        return self._bm25("chunks").top(
+            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+        )
 
     def chunk_term_counts(
         self,
@@ -155,7 +173,12 @@ class PostgresPostingRows:
         since: str | None = None,
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
-        raise _not_yet("chunk_term_counts")
+        where, params = _chunk_filter(exclude_session, since, until)
+        sql = (
+            "SELECT r.id, r.text FROM chunks r WHERE r.user_id = %(user)s AND r.id > %(after)s"
+            f"{where} ORDER BY r.id LIMIT %(page)s"
+        )
+        return term_counts(pages(self._conn, sql, {**params, "user": self._user}), terms, limit)
 
     def fact_matches(
         self,
@@ -166,7 +189,11 @@ class PostgresPostingRows:
         since: str | None = None,
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
-        raise _not_yet("fact_matches")
+        where, params = _fact_filter(live_only, since, until)
+        state = self.state("facts")
+        return self._bm25("facts").top(
+            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+        )
 
     def fact_term_counts(
         self,
@@ -177,13 +204,50 @@ class PostgresPostingRows:
         since: str | None = None,
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
-        raise _not_yet("fact_term_counts")
+        where, params = _fact_filter(live_only, since, until)
+        # Keys are snake_case: '_' reads as a space, so "favorite color" finds favorite_color.
+        sql = (
+            "SELECT r.id, replace(r.key, '_', ' ') || ' ' || r.value FROM facts r "
+            f"WHERE r.user_id = %(user)s AND r.id > %(after)s{where} ORDER BY r.id "
+            "LIMIT %(page)s"
+        )
+        return term_counts(pages(self._conn, sql, {**params, "user": self._user}), terms, limit)
 
 
-def _not_yet(method: str) -> NotImplementedError:
-    return NotImplementedError(
-        f"postings.{method} is not implemented on PostgreSQL yet (issue #18)"
-    )
+def _chunk_filter(
+    exclude_session: int | None, since: str | None, until: str | None
+) -> tuple[str, dict[str, object]]:
+    """SQL (over the chunk ``r``) and parameters of the chunk searches' filters."""
+    where = ""
+    params: dict[str, object] = {}
+    if exclude_session is not None:
+        where += " AND r.session_id <> %(exclude_session)s"
+        params["exclude_session"] = exclude_session
+    if since is not None:
+        where += " AND r.created_at >= %(since)s"
+        params["since"] = since
+    if until is not None:
+        where += " AND r.created_at < %(until)s"
+        params["until"] = until
+    return where, params
+
+
+def _fact_filter(
+    live_only: bool, since: str | None, until: str | None
+) -> tuple[str, dict[str, object]]:
+    """SQL (over the fact ``r``) and parameters of the fact searches' filters: as on SQLite,
+    the time window applies to live versions only."""
+    if not live_only:
+        return "", {}
+    where = " AND r.invalidated_at IS NULL AND r.archived = 0"
+    params: dict[str, object] = {}
+    if since is not None:
+        where += " AND r.valid_from >= %(since)s"
+        params["since"] = since
+    if until is not None:
+        where += " AND r.valid_from < %(until)s"
+        params["until"] = until
+    return where, params
 
 
 if TYPE_CHECKING:  # mypy proves the class implements the interface
