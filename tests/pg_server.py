@@ -166,7 +166,15 @@ def _start_private() -> PgServer:
                 f"no PostgreSQL server: running as root and there is no {SERVER_USER!r} user "
                 f"to run it as; set {URL_ENV_VAR}"
             ) from exc
-        prefix = ["runuser", "-u", SERVER_USER, "--"]
+        # runuser lives in /usr/sbin or /sbin, which a CI job's PATH often leaves out.
+        sbin = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+        runuser = shutil.which("runuser", path=sbin)
+        if runuser is None:
+            raise PgUnavailable(
+                f"no PostgreSQL server: running as root and runuser (util-linux) is missing, "
+                f"so initdb cannot run as {SERVER_USER!r}; set {URL_ENV_VAR}"
+            )
+        prefix = [runuser, "-u", SERVER_USER, "--"]
     else:
         prefix = []
     folder = tempfile.mkdtemp(prefix="elastimem-pg-")

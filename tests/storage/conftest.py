@@ -6,6 +6,7 @@ The contract suite (``tests/storage/contract/``) runs every family's interface t
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,10 @@ import pytest
 
 from elastimem import storage
 from tests import pg_server
+
+# Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
+# skipping the PostgreSQL half.
+REQUIRE_POSTGRES_ENV_VAR = "ELASTIMEM_REQUIRE_POSTGRES"
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -42,6 +47,8 @@ def postgres_server() -> Iterator[pg_server.PgServer]:
     try:
         server = pg_server.start()
     except pg_server.PgUnavailable as exc:
+        if os.environ.get(REQUIRE_POSTGRES_ENV_VAR):  # CI: the PostgreSQL half must run
+            pytest.fail(f"{REQUIRE_POSTGRES_ENV_VAR} is set but {exc}")
         pytest.skip(str(exc))
     try:
         yield server
