@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import threading
 import time
@@ -19,6 +20,7 @@ import pytest
 
 import elastimem
 from elastimem.storage.sqlite import connection as sqlite_connection
+from tests import pg_server
 
 ENV_VARS = (
     "ELASTIMEM_DB",
@@ -146,14 +148,79 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "store" / "memory.db"
 
 
+# -- the backend a test's stores live on ------------------------------------------------------
+# Every test that opens its stores through ``make_store`` (or ``mem`` / ``memory_store``) runs
+# on both backends: an SQLite file, and a user's store on the session's PostgreSQL server
+# (issue #18: the API behaves the same on both). A test about what only a file has is marked
+# ``sqlite_only``.
+
+STORE_BACKENDS = ("sqlite", "postgres")
+
+# Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
+# skipping the PostgreSQL half.
+REQUIRE_POSTGRES_ENV_VAR = "ELASTIMEM_REQUIRE_POSTGRES"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "store_backend" in metafunc.fixturenames:
+        only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
+        backends = STORE_BACKENDS[:1] if only_sqlite else STORE_BACKENDS
+        metafunc.parametrize("store_backend", backends, scope="function")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[pg_server.PgServer]:
+    """The test session's PostgreSQL server (tests/pg_server.py); skips the PostgreSQL half,
+    with the reason, where none can be had."""
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as exc:
+        if os.environ.get(REQUIRE_POSTGRES_ENV_VAR):  # CI: the PostgreSQL half must run
+            pytest.fail(f"{REQUIRE_POSTGRES_ENV_VAR} is set but {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: pg_server.PgServer) -> str:
+    """A database with the current schema, addressed as the application role (not a
+    superuser, so row-level security binds it as it binds an application)."""
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    admin_url = postgres_server.create_database()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the test database")
+    return postgres_server.app_url(admin_url)
+
+
 @pytest.fixture
-def make_store(store_path: Path) -> Iterator[Callable[..., elastimem.Elastimem]]:
-    """Open stores (file-backed by default, no built-in embedder); all closed afterwards."""
+def make_store(
+    store_path: Path, store_backend: str, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., elastimem.Elastimem]]:
+    """Open stores (no built-in embedder) on the test's backend; all closed afterwards.
+
+    On SQLite ``path`` is the store's file (``store_path`` by default). On PostgreSQL every
+    distinct ``path`` of the test is a new user of the session's database, and the same
+    ``path`` opens that user again (``":memory:"`` is a new user each time).
+    """
     opened: list[elastimem.Elastimem] = []
+    url = request.getfixturevalue("postgres_url") if store_backend == "postgres" else None
+    users: dict[str, str] = {}
 
     def factory(path: str | Path | None = None, **kw: Any) -> elastimem.Elastimem:
         kw.setdefault("disable_builtin_embedder", True)
-        mem = elastimem.Elastimem(str(path or store_path), **kw)
+        where = str(path or store_path)
+        if url is None:
+            mem = elastimem.Elastimem(where, **kw)
+        else:
+            if where == ":memory:" or where not in users:
+                users[where] = f"u{len(users)}-{os.urandom(6).hex()}"
+            mem = elastimem.Elastimem(url, user_id=kw.pop("user_id", users[where]), **kw)
         opened.append(mem)
         return mem
 

@@ -42,8 +42,8 @@ THREADS_PER_STORE = 4
 
 
 def check_target(path: object) -> None:
-    """Refuse a database address this version cannot open yet (PostgreSQL), before a thread
-    starts for it."""
+    """Refuse an address that names no store (a ``scheme://`` other than PostgreSQL's),
+    before a thread starts for it."""
     refuse_database_url(path)
 
 
@@ -103,6 +103,11 @@ class AsyncElastimem:
     @property
     def path(self) -> str:
         return self._mem.path
+
+    @property
+    def user_id(self) -> str | None:
+        """Whose memory this instance serves (``Elastimem.user_id``)."""
+        return self._mem.user_id
 
     @property
     def set_aside(self) -> str | None:

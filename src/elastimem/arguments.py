@@ -9,6 +9,7 @@ May import: the base modules only (errors, clock, text, config).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -99,12 +100,19 @@ def parse_kinds(kinds: Iterable[str] | None) -> frozenset[str]:
     return wanted
 
 
-def check_open(path: object, create: object) -> None:
-    """The store's address and ``create`` flag as ``Elastimem(path, create=...)`` takes them."""
+def check_open(path: object, create: object, user_id: object = None) -> str | None:
+    """The store's address, ``create`` flag and ``user_id`` as ``Elastimem(path, create=...,
+    user_id=...)`` takes them; returns the checked user id (None when not given).
+
+    ``storage.open_database`` says whether the address needs the id (a PostgreSQL one does).
+    """
     if not isinstance(path, (str, os.PathLike)):
-        raise ConfigError(f"path={path!r} is invalid; pass a file path or ':memory:'")
+        raise ConfigError(
+            f"path={path!r} is invalid; pass a file path, ':memory:' or a postgresql:// address"
+        )
     if not isinstance(create, bool):
         raise ConfigError(f"create={create!r} is invalid; pass True or False")
+    return None if user_id is None else check_user_id(user_id)
 
 
 def check_callables(**functions: object) -> None:
@@ -154,3 +162,24 @@ def source_arg(source: object) -> str:
     if source not in REMEMBER_SOURCES:
         raise ConfigError(f"source={source!r} is invalid; use one of {', '.join(REMEMBER_SOURCES)}")
     return str(source)
+
+
+USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_WINDOWS_DEVICES = frozenset(
+    {"con", "prn", "aux", "nul"}
+    | {f"com{i}" for i in range(1, 10)}
+    | {f"lpt{i}" for i in range(1, 10)}
+)
+
+
+def check_user_id(user_id: object) -> str:
+    """The id itself when it is safe as a file name under the root; else ``ConfigError``."""
+    if not isinstance(user_id, str) or not USER_ID_PATTERN.fullmatch(user_id):
+        raise ConfigError(
+            f"user_id={user_id!r} is invalid; use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    # Windows maps a device name to the device whatever its extension ("nul.tar.gz").
+    if user_id in (".", "..") or user_id.split(".")[0].casefold() in _WINDOWS_DEVICES:
+        raise ConfigError(f"user_id={user_id!r} is a reserved name; choose another id")
+    return user_id

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from .arguments import failure
 from .config import ElastimemConfig
 from .enums import Cadence
+from .errors import ConfigError
 from .governor import MemoryProfile
 from .index.embedders import BuiltinEmbedder
 from .index.vectors import EmbeddingSource, VectorIndex
@@ -39,13 +40,38 @@ _open_instances: dict[str, int] = {}
 _open_instances_guard = threading.Lock()
 
 
+def claim_user(database: Database, user_id: str | None) -> None:
+    """Record ``user_id`` as the store's owner (``meta.user_id``) or check it is the one
+    recorded: a store opened under another user's id raises ``ConfigError``. A read-only
+    store is checked but not tagged. None claims nothing."""
+    if user_id is None:
+        return
+    if database.read_only:
+        with database.read() as tx:
+            recorded = tx.meta.get("user_id")
+    else:
+        with database.atomic() as tx:
+            recorded = tx.meta.get("user_id")
+            if recorded is None:
+                tx.meta.set("user_id", user_id)
+                recorded = user_id
+    if recorded != user_id:
+        raise owner_mismatch(database.path, str(recorded), user_id)
+
+
+def owner_mismatch(path: str, recorded: str, user_id: str) -> ConfigError:
+    return ConfigError(
+        f"{path} belongs to user {recorded!r}, not {user_id!r}; check the root folder and the id"
+    )
+
+
 def count_in(database: Database) -> bool:
     """Count an opening instance in; True when others of this process have the file open."""
     if database.is_memory:
         return False
     with _open_instances_guard:
-        before = _open_instances.get(database.path, 0)
-        _open_instances[database.path] = before + 1
+        before = _open_instances.get(database.key, 0)
+        _open_instances[database.key] = before + 1
         return before > 0
 
 
@@ -54,7 +80,7 @@ def others_open(database: Database) -> bool:
     if database.is_memory:
         return False
     with _open_instances_guard:
-        return _open_instances.get(database.path, 0) > 0
+        return _open_instances.get(database.key, 0) > 0
 
 
 def count_out(database: Database) -> bool:
@@ -62,11 +88,11 @@ def count_out(database: Database) -> bool:
     if database.is_memory:
         return False
     with _open_instances_guard:
-        left = _open_instances.get(database.path, 0) - 1
+        left = _open_instances.get(database.key, 0) - 1
         if left > 0:
-            _open_instances[database.path] = left
+            _open_instances[database.key] = left
         else:
-            _open_instances.pop(database.path, None)
+            _open_instances.pop(database.key, None)
         return left > 0
 
 
@@ -80,7 +106,7 @@ def recover_at_open(database: Database, owner: episodic.Owner, siblings_open: bo
             jobs.release_held_extracts(tx, session_id, owner, "session_end")
             jobs.enqueue(tx, "session_summary", owner, session_id=session_id)
             tx.meta.log_event("orphan_closed", session_id=session_id)
-        jobs.recover(tx, owner, running_in_process(database.path))
+        jobs.recover(tx, owner, running_in_process(database.key))
 
 
 def start(
@@ -172,7 +198,7 @@ def wind_down(services: Services, worker: Worker, session: SessionState) -> None
                 session.save(tx)
                 # Asked again: a sibling may have opened during the drain.
                 if not shared and not others_open(database):
-                    jobs.clear_owner(tx, services.owner, running_in_process(database.path))
+                    jobs.clear_owner(tx, services.owner, running_in_process(database.key))
     except Exception as exc:
         logger.warning("could not save session state at close: %s", failure(exc))
     database.checkpoint()

@@ -55,13 +55,14 @@ Tokenizer = Callable[[str], int]
 
 
 class Elastimem:
-    """Long-term memory for one user, kept in one SQLite file."""
+    """Long-term memory for one user: one SQLite file, or the user's rows on a PostgreSQL server."""
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         create: bool = True,
+        user_id: str | None = None,
         llm: Callable[..., str] | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
         query_embedder: Callable[[str], Any] | None = None,
@@ -74,7 +75,7 @@ class Elastimem:
         **config_overrides: Any,
     ) -> None:
         self._closed = True  # until construction succeeds
-        args.check_open(path, create)
+        user_id = args.check_open(path, create, user_id)
         llm = args.pick_alias("llm", llm, "complete_fn", complete_fn)
         embedder = args.pick_alias("embedder", embedder, "embed_fn", embed_fn)
         args.check_callables(llm=llm, embedder=embedder, query_embedder=query_embedder,
@@ -91,7 +92,13 @@ class Elastimem:
             builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, builtin)
 
-        self._db = storage.open_database(path, create=create)
+        self._db = storage.open_database(path, create=create, user_id=user_id)
+        try:
+            lifecycle.claim_user(self._db, user_id)
+        except BaseException:
+            self._db.close()
+            raise
+        self._user_id = user_id
         self._owner = episodic.Owner.current()
         self._session = SessionState(
             self._db,
@@ -129,6 +136,12 @@ class Elastimem:
     @property
     def path(self) -> str:
         return self._db.path
+
+    @property
+    def user_id(self) -> str | None:
+        """Whose memory this instance serves: the ``user_id`` given at open, else the owner
+        the store records (``open_user`` records one), else None."""
+        return self._user_id
 
     @property
     def set_aside(self) -> str | None:

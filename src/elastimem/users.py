@@ -14,35 +14,17 @@ writes raise the store's read-only ``StoreError``.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
+from .arguments import USER_ID_PATTERN, check_user_id
 from .errors import ConfigError
-from .storage.addresses import refuse_database_url
+from .lifecycle import owner_mismatch
+from .storage.addresses import is_postgres_url, refuse_database_url
 from .storage.sqlite import files
 from .storage.sqlite.upkeep import peek_meta
 
-USER_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ROOT_MODE = files.FOLDER_MODE
-_WINDOWS_DEVICES = frozenset(
-    {"con", "prn", "aux", "nul"}
-    | {f"com{i}" for i in range(1, 10)}
-    | {f"lpt{i}" for i in range(1, 10)}
-)
-
-
-def check_user_id(user_id: object) -> str:
-    """The id itself when it is safe as a file name under the root; else ``ConfigError``."""
-    if not isinstance(user_id, str) or not USER_ID_PATTERN.fullmatch(user_id):
-        raise ConfigError(
-            f"user_id={user_id!r} is invalid; use 1-128 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
-        )
-    # Windows maps a device name to the device whatever its extension ("nul.tar.gz").
-    if user_id in (".", "..") or user_id.split(".")[0].casefold() in _WINDOWS_DEVICES:
-        raise ConfigError(f"user_id={user_id!r} is a reserved name; choose another id")
-    return user_id
 
 
 def _root(root_dir: object) -> Path:
@@ -73,17 +55,14 @@ def _recorded_user(path: Path) -> str | None:
     return peek_meta(path, "user_id")
 
 
-def _mismatch(path: Path, recorded: str, user_id: str) -> ConfigError:
-    return ConfigError(
-        f"{path} belongs to user {recorded!r}, not {user_id!r}; check the root folder and the id"
-    )
-
-
 def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
-    """Open ``<root_dir>/<user_id>.db``, creating ``root_dir`` with mode 0o700."""
+    """Open ``<root_dir>/<user_id>.db``, creating ``root_dir`` with mode 0o700; given a
+    ``postgresql://`` address, open the user's store on that server."""
     from .store import Elastimem
 
     check_user_id(user_id)
+    if is_postgres_url(root_dir):
+        return Elastimem(root_dir, user_id=user_id, **kw)  # every user's rows on one server
     root = _root(root_dir)
     target = (root / f"{user_id}.db").resolve()
     if target.parent != root.resolve():
@@ -92,24 +71,5 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
         # Refuse another user's file before opening it (opening recovers and writes).
         recorded = _recorded_user(target)
         if recorded is not None and recorded != user_id:
-            raise _mismatch(target, recorded, user_id)
-    store = Elastimem(target, **kw)
-    try:
-        if store._db.read_only:
-            # The store opened read-only (file or folder not writable): check the owner, but
-            # an untagged file stays untagged; its writes raise the store's read-only error.
-            with store._db.read() as conn:
-                recorded = conn.meta.get("user_id")
-            if recorded is not None and recorded != user_id:
-                raise _mismatch(target, recorded, user_id)
-            return store
-        with store._db.atomic() as conn:
-            recorded = conn.meta.get("user_id")
-            if recorded is None:
-                conn.meta.set("user_id", user_id)
-            elif recorded != user_id:
-                raise _mismatch(target, recorded, user_id)
-    except BaseException:
-        store.close()
-        raise
-    return store
+            raise owner_mismatch(str(target), recorded, user_id)
+    return Elastimem(target, user_id=user_id, **kw)

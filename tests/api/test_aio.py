@@ -157,10 +157,10 @@ def test_open_user_checks_the_id_and_opens_its_own_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("url", ["postgresql://localhost/memory", "postgres://u@h/db"])
-def test_a_postgresql_address_is_not_supported_yet(url: str, tmp_path: Path) -> None:
+def test_a_postgresql_address_needs_a_user(url: str, tmp_path: Path) -> None:
     async def main() -> None:
-        with pytest.raises(ConfigError, match="PostgreSQL stores are not supported yet"):
-            await aio.open(url)
+        with pytest.raises(ConfigError, match="pass user_id="):
+            await aio.open(url, disable_builtin_embedder=True)
 
     asyncio.run(main())
     assert not any(tmp_path.iterdir())

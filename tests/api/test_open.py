@@ -179,15 +179,31 @@ def test_create_must_be_a_bool(tmp_path: Path, bad: object) -> None:
     "url", ["postgresql://localhost/memory", "postgres://u@h/db", "POSTGRESQL://h/db"]
 )
 @pytest.mark.parametrize("create", [True, False])
-def test_a_postgresql_address_is_refused_and_creates_nothing(
+def test_a_postgresql_address_needs_a_user_and_creates_no_file(
     url: str, create: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # It was taken as a relative path: a folder "postgresql:" appeared in the working folder.
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="PostgreSQL stores are not supported yet"):
+    with pytest.raises(ConfigError, match="pass user_id="):
         elastimem.open(url, create=create, disable_builtin_embedder=True)
-    with pytest.raises(ConfigError, match="PostgreSQL stores are not supported yet"):
-        elastimem.open_user(url, "alice", disable_builtin_embedder=True)
+    with pytest.raises(ConfigError, match="user_id="):
+        elastimem.open(url, user_id="../x", create=create, disable_builtin_embedder=True)
+    with pytest.raises(ConfigError, match="user_id="):
+        elastimem.open_user(url, "", disable_builtin_embedder=True)
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_unreachable_postgresql_server_is_a_clear_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("psycopg")
+    monkeypatch.chdir(tmp_path)
+    # Port 1 on the loopback: nothing listens there, so the connection is refused at once.
+    url = "postgresql://app:s3cret-pw@127.0.0.1:1/memory?connect_timeout=2"
+    with pytest.raises(StoreError) as raised:
+        elastimem.open(url, user_id="alice", disable_builtin_embedder=True)
+    assert "127.0.0.1" in str(raised.value)
+    assert "s3cret-pw" not in str(raised.value)  # the password is never shown
     assert not any(tmp_path.iterdir())
 
 

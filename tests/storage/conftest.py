@@ -6,7 +6,6 @@ The contract suite (``tests/storage/contract/``) runs every family's interface t
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +14,6 @@ from typing import Any
 import pytest
 
 from elastimem import storage
-from tests import pg_server
-
-# Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
-# skipping the PostgreSQL half.
-REQUIRE_POSTGRES_ENV_VAR = "ELASTIMEM_REQUIRE_POSTGRES"
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -38,36 +32,6 @@ def backend_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
 
 
 # -- PostgreSQL (issue #18): a real server, started once per test session ----------------------
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[pg_server.PgServer]:
-    """The test session's PostgreSQL server (tests/pg_server.py); skips the PostgreSQL half,
-    with the reason, where none can be had."""
-    try:
-        server = pg_server.start()
-    except pg_server.PgUnavailable as exc:
-        if os.environ.get(REQUIRE_POSTGRES_ENV_VAR):  # CI: the PostgreSQL half must run
-            pytest.fail(f"{REQUIRE_POSTGRES_ENV_VAR} is set but {exc}")
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="session")
-def postgres_url(postgres_server: pg_server.PgServer) -> str:
-    """A database with the current schema, addressed as the application role (not a
-    superuser, so row-level security binds it as it binds an application)."""
-    import psycopg
-
-    from elastimem.storage.postgres import migrations
-
-    admin_url = postgres_server.create_database()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        migrations.ensure_schema(conn, "the test database")
-    return postgres_server.app_url(admin_url)
 
 
 def open_postgres_database(request: pytest.FixtureRequest) -> Any:

@@ -12,8 +12,8 @@ from elastimem import ConfigError, StoreError, storage
 from elastimem.storage.sqlite import database as sqlite_database
 
 POSTGRES_MESSAGE = (
-    "PostgreSQL stores are not supported yet; pass a file path (or a folder of "
-    "per-user stores to elastimem serve)"
+    "a PostgreSQL store holds many users' memory: pass user_id= (--user on the command "
+    "line) to say whose memory this instance serves"
 )
 
 
@@ -36,7 +36,7 @@ def test_a_path_opens_an_sqlite_store(tmp_path: Path, target: str) -> None:
 @pytest.mark.parametrize(
     "address", ["postgresql://u@db/memory", "postgres://db/memory", "POSTGRESQL://db/x"]
 )
-def test_a_postgres_address_is_not_supported_yet_and_creates_nothing(
+def test_a_postgres_address_needs_a_user_and_creates_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, address: str
 ) -> None:
     monkeypatch.chdir(tmp_path)

@@ -145,7 +145,7 @@ class Worker:
                 try:
                     self._execute(job)
                 finally:
-                    _running_here(self._db.path, job.id, False)
+                    _running_here(self._db.key, job.id, False)
                 idle_since = time.monotonic()
                 with self._cond:
                     self._cond.notify_all()
@@ -173,11 +173,11 @@ class Worker:
                 if claimed is not None:
                     # Inside the claim's transaction: recovery at another instance's open
                     # (under the same write lock) never sees it running and unclaimed here.
-                    _running_here(self._db.path, claimed.id, True)
+                    _running_here(self._db.key, claimed.id, True)
             return claimed
         except Exception as exc:  # a locked or closed store: try again on the next wake
             if claimed is not None:
-                _running_here(self._db.path, claimed.id, False)
+                _running_here(self._db.key, claimed.id, False)
             logger.debug("claiming a job failed: %s", exc)
             return None
 

@@ -15,21 +15,29 @@ from __future__ import annotations
 import os
 
 from ..errors import ConfigError
-from .addresses import POSTGRES_NOT_SUPPORTED, is_postgres_url
+from .addresses import POSTGRES_NEEDS_USER, is_postgres_url
 from .database import Database
 from .sqlite import database as sqlite_database
 
 __all__ = ["Database", "open_database"]
 
 
-def open_database(target: str | os.PathLike[str], *, create: bool = True) -> Database:
+def open_database(
+    target: str | os.PathLike[str], *, create: bool = True, user_id: str | None = None
+) -> Database:
     """Open (creating, recovering and migrating as needed) the store at ``target``.
 
-    The address picks the backend: a file path or ``":memory:"`` opens an SQLite store;
-    ``postgresql://`` and ``postgres://`` raise ``ConfigError`` (not supported yet); any
-    other ``scheme://`` raises ``ConfigError``. ``create`` False opens only an existing store
-    and creates nothing (``StoreError`` otherwise).
+    The address picks the backend: a file path or ``":memory:"`` opens an SQLite store (one
+    user's; ``user_id`` is the caller's to record); ``postgresql://`` and ``postgres://``
+    open ``user_id``'s store on that server (``ConfigError`` without one; the extra
+    ``postgres`` must be installed); any other ``scheme://`` raises ``ConfigError``.
+    ``create`` False opens only an existing store and creates nothing (``StoreError``
+    otherwise).
     """
-    if is_postgres_url(target):  # issue #18: the PostgreSQL backend opens here
-        raise ConfigError(POSTGRES_NOT_SUPPORTED)
+    if is_postgres_url(target):
+        if user_id is None:
+            raise ConfigError(POSTGRES_NEEDS_USER)
+        from .postgres import database as postgres_database  # psycopg only when asked for
+
+        return postgres_database.open_database(str(target), user_id, create=create)
     return sqlite_database.open_store(target, create=create)

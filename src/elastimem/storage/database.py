@@ -24,6 +24,12 @@ class Database(Protocol):
         ...
 
     @property
+    def key(self) -> str:
+        """What names this store within the process (the registry of open instances, the
+        worker's running jobs): the file path, or a server address and the user's id."""
+        ...
+
+    @property
     def is_memory(self) -> bool:
         """True for a store that lives only as long as this object (nothing on disk)."""
         ...

@@ -255,6 +255,8 @@ class PostgresDatabase:
         _psycopg()  # ConfigError naming the extra, before anything else
         self.user_id = _check_user_id(user_id)  # ConfigError before any connection
         self.path = redact(conninfo)
+        # Every user's rows share the address: a store is the address and the user.
+        self.key = f"{self.path}#user={self.user_id}"
         self.is_memory = False
         self.read_only = False
         self.read_only_uri: str | None = None
@@ -501,6 +503,7 @@ def _ensure_user(db: PostgresDatabase, version: int, *, create: bool) -> None:
             return  # another process created it while we waited for the user's lock
         tx.meta.set("created_at", now_ts())
         tx.meta.set("created_by", __version__)
+        tx.meta.set("user_id", db.user_id)
         tx.meta.log_event("created", schema_version=version)
 
 

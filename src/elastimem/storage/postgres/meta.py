@@ -11,6 +11,9 @@ from ..meta import MetaRows
 from ..sqlite.meta import EVENTS_KEPT
 
 
+SCHEMA_VERSION_KEY = "schema_version"
+
+
 class PostgresMetaRows:
     """``MetaRows`` for one user on one psycopg connection (inside the caller's
     transaction). Every statement names the user as well as being confined to it by
@@ -23,6 +26,10 @@ class PostgresMetaRows:
         self._user = user_id
 
     def get(self, key: str, default: str | None = None) -> str | None:
+        if key == SCHEMA_VERSION_KEY:
+            # The schema is the server's, one for every user: its ledger says the version.
+            row = self._conn.execute("SELECT max(version) FROM elastimem_schema").fetchone()
+            return str(row[0]) if row and row[0] is not None else default
         row = self._conn.execute(
             "SELECT value FROM meta WHERE user_id = %s AND key = %s", (self._user, key)
         ).fetchone()

@@ -69,6 +69,7 @@ class Database:
     ) -> None:
         self.path = path
         self.is_memory = path == MEMORY_PATH
+        self.key = path  # one file, one user
         # Set when this process may not write the file or its folder: reads work, every
         # atomic() raises StoreError, and nothing at open (migrations, FTS, recovery) writes.
         self.read_only_uri = read_only_uri
