@@ -504,6 +504,7 @@ def _ensure_user(db: PostgresDatabase, version: int, *, create: bool) -> None:
         tx.meta.set("created_at", now_ts())
         tx.meta.set("created_by", __version__)
         tx.meta.set("user_id", db.user_id)
+        tx.graph.ensure_self_node()  # as an SQLite store's schema creates it
         tx.meta.log_event("created", schema_version=version)
 
 
