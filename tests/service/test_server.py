@@ -177,6 +177,12 @@ def server(
     assert stop_server(running) == 0, running.log()
 
 
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest) -> str | None:
+    """The --db of a test's own server, on each backend (None: a folder in tmp_path)."""
+    return backend_target(request.param, request)
+
+
 def _ok(result: tuple[int, Any], status: int = 200) -> Any:
     assert result[0] == status, result
     return result[1]
@@ -594,11 +600,10 @@ def test_sighup_reloads_the_keys_and_a_bad_file_keeps_the_old_ones(tmp_path: Pat
         assert token not in server.log()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigterm_drains_requests_in_flight_and_closes_every_store(
-    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    tmp_path: Path, target: str | None
 ) -> None:
-    server = start_server(tmp_path, target=backend_target(backend, request))
+    server = start_server(tmp_path, target=target)
     users = USERS[:4]
     done: list[tuple[str, int]] = []
     failed: list[BaseException] = []
@@ -623,7 +628,7 @@ def test_sigterm_drains_requests_in_flight_and_closes_every_store(
         thread.join()
     assert "every store is closed" in server.log()
     for user in users:
-        if backend == "sqlite":  # closed: WAL checkpointed away
+        if server.backend == "sqlite":  # closed: WAL checkpointed away
             assert not (server.root / f"{user}.db-wal").exists()
         with server.open_user(user) as mem:
             answered = sum(1 for u, _ in done if u == user)
