@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -175,6 +176,8 @@ def server(
     running = start_server(tmp_path_factory.mktemp("serve"), "--max-open", "3", target=target)
     yield running
     assert stop_server(running) == 0, running.log()
+    password = urllib.parse.urlsplit(running.target).password
+    assert password is None or password not in running.log()  # -v: every request logged
 
 
 @pytest.fixture(params=BACKENDS)
@@ -693,8 +696,6 @@ def test_a_postgresql_server_that_does_not_answer_is_one_error_without_the_passw
 def test_a_schema_the_role_may_not_create_is_one_error_at_start_without_the_password(
     tmp_path: Path, postgres_server: Any
 ) -> None:
-    import urllib.parse
-
     schema_db = urllib.parse.urlsplit(postgres_target(postgres_server))
     empty_db = urllib.parse.urlsplit(postgres_server.create_database("elastimem_empty"))
     target = schema_db._replace(path=empty_db.path).geturl()  # the app role, no schema there
@@ -730,8 +731,6 @@ def test_the_start_line_says_where_the_stores_are_and_never_the_password(
     if server.backend == "sqlite":
         assert f"stores under {server.root}," in server.log()
     else:
-        import urllib.parse
-
         address = urllib.parse.urlsplit(server.target)
         assert address.password and address.password not in server.log()
         shown = address._replace(netloc=f"{address.username}@{address.hostname}:{address.port}")
