@@ -452,9 +452,9 @@ def test_an_export_the_client_leaves_midway_stops_and_frees_the_store(server: Se
     assert _ok(request(server, "GET", "/v1/stats", user))["messages"] >= 8
 
 
+# The fault is a folder in the place of a user's store file: a file store's only.
+@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
 def test_a_store_that_cannot_open_is_503_naming_no_path(server: Server) -> None:
-    if server.backend != "sqlite":
-        pytest.skip("the fault is a folder in the place of a user's store file")
     (server.root / "ivy.db").mkdir(parents=True)  # a folder where ivy's store should be
     status, payload = request(server, "GET", "/v1/facts", "ivy")
     assert status == 503 and "cannot be opened" in payload["error"]
