@@ -94,11 +94,10 @@ class Elastimem:
 
         self._db = storage.open_database(path, create=create, user_id=user_id)
         try:
-            lifecycle.claim_user(self._db, user_id)
+            self._user_id = lifecycle.claim_user(self._db, user_id)
         except BaseException:
             self._db.close()
             raise
-        self._user_id = user_id
         self._owner = episodic.Owner.current()
         self._session = SessionState(
             self._db,
