@@ -268,11 +268,20 @@ def test_an_import_into_one_user_never_touches_another(source: str, postgres_url
     finally:
         sam.close()
     assert quinn() == reference
-    # Erasing a session and a key in one user leaves the other's copy of the same ids.
-    rosa = open_pg(postgres_url, "rosa")
+    # Writing after the import (new ids above the imported ones) and erasing a session and
+    # a key in one user leave the other's copy of the same ids as it was.
+    rosa = open_pg(postgres_url, "rosa", embedder=HashEmbedder())
     try:
+        rosa.begin_session(at="2025-04-01T12:00:00Z")
+        rosa.record_turn("We adopted a cat called Miso.", "Welcome, Miso!")
+        assert rosa.remember("cat_name", "Miso") == (True, "stored")
+        rosa.remember("favorite_color", "plum")
+        rosa.end_session()
+        assert rosa.drain(30)
+        assert rosa.facts()["favorite_color"] == "plum"
+        assert "adopted a cat" in rosa.recall("Miso", kinds=["chunk"])[0].text
         assert rosa.erase(session_id=1, include_facts=True)["sessions"] == 1
-        assert rosa.erase(key="favorite_color")["facts"] == 2
+        assert rosa.erase(key="favorite_color")["facts"] == 3
     finally:
         rosa.close()
     assert quinn() == reference
