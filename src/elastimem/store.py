@@ -520,6 +520,35 @@ class Elastimem:
             logger.error("clusters failed: %s", _failure(exc))
             return []
 
+    def has_vectors(self, model_prefix: str = "") -> bool:
+        """Whether a chunk has a vector made by a model whose label starts with
+        ``model_prefix`` (any model by default); the CLI loads the built-in embedder for
+        recall only when it made vectors here."""
+        self._check_open()
+        prefix = args.optional_text(model_prefix, "model_prefix") or ""
+        with self._db.read() as conn:
+            return conn.vectors.has_vectors_labelled(prefix)
+
+    def holds_memories_outside(self, session_ids: Iterable[int]) -> bool:
+        """Whether a lesson is stored, or a fact version was learned outside these sessions
+        (or in none): the demo refuses a store that holds more than its own sessions."""
+        self._check_open()
+        ids = [_int_arg(i, "session_ids") for i in session_ids]
+        with self._db.read() as conn:
+            return conn.admin.has_memories_outside(ids)
+
+    def render_graph(self, as_: str = "dot") -> str:
+        """The entity graph for people: Graphviz DOT (``"dot"``) or one self-contained HTML
+        page (``"html"``), read in one snapshot (SPEC §8.1 ``graph``)."""
+        self._check_open()
+        from .graph import view
+
+        renderers = {"dot": view.render_dot, "html": view.render_html}
+        if as_ not in renderers:
+            raise ConfigError(f"as_={as_!r} is invalid; pass 'dot' or 'html'")
+        with self._db.read() as conn:
+            return renderers[as_](conn)
+
     def erase(
         self,
         *,
