@@ -235,7 +235,7 @@ def test_no_message_shows_the_password(postgres_url: str, seeded: str) -> None:
     parts = urllib.parse.urlsplit(postgres_url)
     wrong_port = postgres_url.replace(f":{parts.port}/", ":1/")
     wrong_db = urllib.parse.urlunsplit(parts._replace(path="/no_such_database"))
-    runs = [
+    runs: list[Any] = [
         _pg(postgres_url, seeded, "-v", "stats"),
         _pg(postgres_url, seeded, "-v", "facts"),
         _pg(postgres_url, seeded, "-v", "recall", "dog"),
@@ -297,3 +297,44 @@ def test_demo_on_a_server_refuses_a_user_with_other_memories(
     assert "already holds memories that are not the demo" in done.stderr.decode()
     assert _password(postgres_url) not in _visible(done)
     assert _pg_json(postgres_url, seeded, "stats")["sessions"] == 1
+
+
+# -- serve-mcp ---------------------------------------------------------------------------------
+
+
+def test_serve_mcp_without_a_user_is_a_usage_error(postgres_url: str) -> None:
+    pytest.importorskip("mcp", reason="serve-mcp needs the extra elastimem[mcp]")
+    done = invoke("--db", postgres_url, "serve-mcp", "--no-embedder")
+    assert done.returncode == 2, _visible(done)
+    assert "--user" in done.stderr.decode()
+
+
+def test_serve_mcp_serves_the_users_store(postgres_url: str, tmp_path: Path) -> None:
+    pytest.importorskip("mcp", reason="serve-mcp needs the extra elastimem[mcp]")
+    anyio = pytest.importorskip("anyio")
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from tests.service.test_mcp import payload, server_command
+
+    user = _user()
+    command = server_command(postgres_url)
+    command[command.index("serve-mcp") : command.index("serve-mcp")] = ["--user", user]
+
+    async def calls() -> Any:
+        params = StdioServerParameters(
+            command=command[0], args=command[1:], env={**os.environ, "PYTHONIOENCODING": "utf-8"}
+        )
+        async with stdio_client(params, errlog=errlog) as (read, write):  # noqa: SIM117
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                await session.call_tool("remember", {"key": "pet", "value": "cat"})
+                return payload(await session.call_tool("facts", {}))
+
+    with (tmp_path / "stderr.log").open("w+") as errlog:
+        facts = anyio.run(calls)
+        errlog.seek(0)
+        logged = errlog.read()
+    assert facts == {"pet": "cat"}
+    assert _password(postgres_url) not in logged
+    assert _pg_json(postgres_url, user, "facts") == {"pet": "cat"}
