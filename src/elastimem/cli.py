@@ -91,10 +91,6 @@ class CliState:
         except ConfigError as exc:
             raise click.UsageError(f"--user: {exc}") from None
 
-    def on_server(self) -> bool:
-        """Whether the store is a user's on a PostgreSQL server (no file of its own)."""
-        return is_postgres_url(self.db_path())
-
     def shown(self) -> str:
         """The store as messages name it: the file, or the server address without its
         password and the user."""
@@ -165,10 +161,8 @@ class CliState:
 
 def redact_address(url: str) -> str:
     """A ``postgresql://`` address without its password, as the store's ``path`` shows it."""
-    try:
-        from .storage.postgres.database import redact
-    except ImportError:  # pragma: no cover - the module imports psycopg only when used
-        return "postgresql://…"
+    from .storage.postgres.database import redact  # psycopg itself only when called
+
     try:
         return redact(url)
     except ImportError:  # no driver: show no part of the address rather than the password
