@@ -289,6 +289,16 @@ def test_demo_keeps_its_temporary_store_when_the_environment_names_a_server(
     assert _password(postgres_url) not in _visible(done)
 
 
+def test_demo_on_a_server_fills_a_new_users_store(postgres_url: str) -> None:
+    user = _user()
+    done = _pg(postgres_url, user, "demo", "--no-embedder")
+    assert done.returncode == 0, _visible(done)
+    out = done.stdout.decode()
+    assert "Biscuit" in out and f"--user {user} recall" in out
+    assert _password(postgres_url) not in _visible(done)
+    assert _pg_json(postgres_url, user, "stats")["sessions"] == 3
+
+
 def test_demo_on_a_server_refuses_a_user_with_other_memories(
     postgres_url: str, seeded: str
 ) -> None:
