@@ -201,7 +201,7 @@ def test_a_postgresql_address_without_a_user_is_a_usage_error(
 def test_an_invalid_user_is_a_usage_error(postgres_url: str, user: str) -> None:
     done = invoke("--db", postgres_url, "--user", user, "facts")
     assert done.returncode == 2, _visible(done)
-    assert "--user" in done.stderr.decode()
+    assert "Error: --user: user_id=" in done.stderr.decode()
     assert _password(postgres_url) not in _visible(done)
 
 
