@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import shlex
 import shutil
@@ -97,7 +96,13 @@ class CliState:
         where = self.db_path()
         if not is_postgres_url(where):
             return where
-        return f"{redact_address(where)} (user {self.user_id()})"
+        from .storage.postgres.database import redact  # psycopg itself only when called
+
+        try:
+            shown = redact(where)
+        except ImportError:  # no driver: show no part of the address rather than the password
+            shown = "postgresql://…"
+        return f"{shown} (user {self.user_id()})"
 
     def require_store(self) -> str:
         """The store file, which must exist: commands that only read (or have nothing to act
@@ -159,16 +164,6 @@ class CliState:
             yield mem
 
 
-def redact_address(url: str) -> str:
-    """A ``postgresql://`` address without its password, as the store's ``path`` shows it."""
-    from .storage.postgres.database import redact  # psycopg itself only when called
-
-    try:
-        return redact(url)
-    except ImportError:  # no driver: show no part of the address rather than the password
-        return "postgresql://…"
-
-
 pass_state = click.make_pass_decorator(CliState)
 
 
@@ -193,42 +188,6 @@ def emit(
 
 
 # -- the group ---------------------------------------------------------------------------------
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted (click's test runner
-    and pytest swap it), not to the stream of the first command that ran."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-def _configure_logging(verbose: bool) -> Callable[[], None]:
-    """Warnings (a damaged store set aside, a read-only folder…) always reach stderr; ``-v``
-    adds the INFO records. Returns what undoes it when the command ends (a host that runs
-    the CLI in its own process keeps its logging as it was)."""
-    log = logging.getLogger("elastimem")
-    if any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
-        return lambda: None
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
-    handler._elastimem_stderr = True  # type: ignore[attr-defined]
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
-    level = log.level
-    log.addHandler(handler)
-    if verbose:
-        log.setLevel(logging.INFO)
-
-    def undo() -> None:
-        log.removeHandler(handler)
-        log.setLevel(level)
-
-    return undo
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -258,7 +217,7 @@ def main(ctx: click.Context, db_path: str | None, user: str | None, output: str 
       elastimem --db notes.db recall "what color do I like?"
       elastimem --db postgresql://app@db:5432/memory --user alice facts
     """
-    ctx.call_on_close(_configure_logging(verbose))
+    ctx.call_on_close(tables.log_to_stderr(verbose))
     ctx.obj = CliState(db_path, output, tier, verbose, user)
 
 

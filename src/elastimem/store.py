@@ -32,6 +32,7 @@ from .enums import Tier
 from .errors import ClosedError, ConfigError
 from .governor import Governor, MemoryProfile
 from .graph import list_clusters
+from .graph import view as graph_view
 from .index.embedders import BuiltinEmbedder
 from .index.vectors import EmbeddingSource, VectorIndex
 from .jobs.embed import queue_fact_embedding, reindex
@@ -42,8 +43,8 @@ from .retrieval.query import UNSET, rank_query
 from .retrieval.timeline import resolve_timeline_key
 from .retrieval.warm import warm_up
 from .runtime import queue as jobs
+from .runtime import stats as store_checks
 from .runtime.gate import LLMGate
-from .runtime.stats import collect_stats
 from .runtime.tokens import TokenEstimate
 from .session import SessionState, bump_writes
 from .text import normalize_key, sanitize
@@ -521,33 +522,19 @@ class Elastimem:
             return []
 
     def has_vectors(self, model_prefix: str = "") -> bool:
-        """Whether a chunk has a vector made by a model whose label starts with
-        ``model_prefix`` (any model by default); the CLI loads the built-in embedder for
-        recall only when it made vectors here."""
+        """Whether a chunk has a vector of a model whose label starts with ``model_prefix``."""
         self._check_open()
-        prefix = args.optional_text(model_prefix, "model_prefix") or ""
-        with self._db.read() as conn:
-            return conn.vectors.has_vectors_labelled(prefix)
+        return store_checks.has_vectors(self._db, model_prefix)
 
     def holds_memories_outside(self, session_ids: Iterable[int]) -> bool:
-        """Whether a lesson is stored, or a fact version was learned outside these sessions
-        (or in none): the demo refuses a store that holds more than its own sessions."""
+        """Whether a lesson, or a fact version learned outside these sessions, is stored."""
         self._check_open()
-        ids = [_int_arg(i, "session_ids") for i in session_ids]
-        with self._db.read() as conn:
-            return conn.admin.has_memories_outside(ids)
+        return store_checks.holds_memories_outside(self._db, session_ids)
 
     def render_graph(self, as_: str = "dot") -> str:
-        """The entity graph for people: Graphviz DOT (``"dot"``) or one self-contained HTML
-        page (``"html"``), read in one snapshot (SPEC §8.1 ``graph``)."""
+        """The entity graph as Graphviz DOT (``"dot"``) or one self-contained HTML page."""
         self._check_open()
-        from .graph import view
-
-        renderers = {"dot": view.render_dot, "html": view.render_html}
-        if as_ not in renderers:
-            raise ConfigError(f"as_={as_!r} is invalid; pass 'dot' or 'html'")
-        with self._db.read() as conn:
-            return renderers[as_](conn)
+        return graph_view.render(self._db, as_)
 
     def erase(
         self,
@@ -597,7 +584,7 @@ class Elastimem:
 
     def stats(self) -> dict[str, Any]:
         self._check_open()
-        return collect_stats(self._services, self._governor.profile.tier)
+        return store_checks.collect_stats(self._services, self._governor.profile.tier)
 
     # -- close -------------------------------------------------------------------------------
 
