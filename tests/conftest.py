@@ -24,6 +24,7 @@ from tests import pg_server, rows
 
 ENV_VARS = (
     "ELASTIMEM_DB",
+    "ELASTIMEM_USER",
     "ELASTIMEM_TIER",
     "ELASTIMEM_DISABLE_FTS",
     "ELASTIMEM_ALLOW_MODEL_DOWNLOAD",
