@@ -116,7 +116,7 @@ class PostgresPostingRows:
             if not rows:
                 return
             terms, docs, counts = zip(*rows)
-            yield terms, np.array(docs, dtype=np.int32), np.array(counts, dtype=np.int32)
+            yield terms, np.array(docs, dtype=np.int64), np.array(counts, dtype=np.int32)
             if len(rows) < block:
                 return
             last = (str(rows[-1][0]), int(rows[-1][1]))
