@@ -159,9 +159,8 @@ class PostgresPostingRows:
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
         where, params = _chunk_filter(exclude_session, since, until)
-        state = self.state("chunks")
         return self._bm25("chunks").top(
-            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+            terms, limit, totals_key=TERM_TOTALS_KEYS["chunks"], where=where, params=params
         )
 
     def chunk_term_counts(
@@ -190,9 +189,8 @@ class PostgresPostingRows:
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
         where, params = _fact_filter(live_only, since, until)
-        state = self.state("facts")
         return self._bm25("facts").top(
-            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+            terms, limit, totals_key=TERM_TOTALS_KEYS["facts"], where=where, params=params
         )
 
     def fact_term_counts(
