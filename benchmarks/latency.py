@@ -282,7 +282,7 @@ def pg_bulk_load(
 ) -> float:
     """Write ``count`` exchanges into a PostgreSQL user's store through the storage seam (the
     memory layer's own writes: sessions, messages, chunks with their postings, vectors), a
-    block per transaction, the sessions ended; returns the seconds taken."""
+    session per transaction, the sessions ended; returns the seconds taken."""
     from elastimem import storage
     from elastimem.index.vector_writes import write_vectors
     from elastimem.memory import episodic
@@ -297,29 +297,40 @@ def pg_bulk_load(
             pairs = [corpus.texts(ids) for ids in corpus.word_ids(n, start)]
             texts = [episodic.exchange_text(u, a) for u, a in pairs]
             vectors = embedder(texts)
-            with database.atomic() as tx:
-                chunk_ids: list[int] = []
-                for i, (user_text, assistant_text) in enumerate(pairs):
-                    number = start + i
-                    at = format_ts(START + timedelta(minutes=number))
-                    if number % EXCHANGES_PER_SESSION == 0:
-                        if session:
-                            tx.transcript.end_session(session, at, None)
-                        session = episodic.open_session(tx, owner, at=at, host_tag=None)
-                    record = episodic.insert_turn(
+            # A transaction per session: each turn's statement-level triggers rewrite the
+            # user's keyword totals row, so a long transaction piles up its versions.
+            for first in range(0, n, EXCHANGES_PER_SESSION):
+                part = range(first, min(n, first + EXCHANGES_PER_SESSION))
+                with database.atomic() as tx:
+                    chunk_ids: list[int] = []
+                    for i in part:
+                        user_text, assistant_text = pairs[i]
+                        number = start + i
+                        at = format_ts(START + timedelta(minutes=number))
+                        if number % EXCHANGES_PER_SESSION == 0:
+                            if session:
+                                tx.transcript.end_session(session, at, None)
+                            session = episodic.open_session(tx, owner, at=at, host_tag=None)
+                        record = episodic.insert_turn(
+                            tx,
+                            session,
+                            user_text,
+                            assistant_text,
+                            at=at,
+                            chunk_texts=[texts[i]],
+                            user_tokens=len(user_text) // 4,
+                            assistant_tokens=len(assistant_text) // 4,
+                        )
+                        chunk_ids.extend(record.chunk_ids)
+                    if start + part[-1] + 1 == count and session:
+                        tx.transcript.end_session(session, at, None)
+                    write_vectors(
                         tx,
-                        session,
-                        user_text,
-                        assistant_text,
-                        at=at,
-                        chunk_texts=[texts[i]],
-                        user_tokens=len(user_text) // 4,
-                        assistant_tokens=len(assistant_text) // 4,
+                        chunk_ids,
+                        vectors[part.start : part.stop],
+                        "host",
+                        [texts[i] for i in part],
                     )
-                    chunk_ids.extend(record.chunk_ids)
-                if start + n == count and session:
-                    tx.transcript.end_session(session, at, None)
-                write_vectors(tx, chunk_ids, vectors, "host", texts)
             print(f"  postgres: loaded {start + n:,}/{count:,}", file=sys.stderr, end="\r")
         print(file=sys.stderr)
     finally:
