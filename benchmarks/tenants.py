@@ -195,9 +195,9 @@ def private_database() -> tuple[str, Any]:
     """A fresh database with the schema on a private server, as the application role."""
     sys.path.insert(0, str(REPO))
     import psycopg
+    from tests import pg_server
 
     from elastimem.storage.postgres import migrations
-    from tests import pg_server
 
     server = pg_server.start()
     admin_url = server.create_database("elastimem_tenants")
