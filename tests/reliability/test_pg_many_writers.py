@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,6 @@ print(json.dumps({"warnings": warnings, "results": results}))
 def test_processes_writing_one_user_lose_no_turn_and_keep_fact_chains(
     postgres_url: str, user: str, open_user: Any, figure: Any
 ) -> None:
-    import time
 
     start_at = str(time.time() + 3.0)
     children = [
@@ -154,7 +154,7 @@ def test_processes_writing_one_user_lose_no_turn_and_keep_fact_chains(
                 str(TURNS),
                 start_at,
                 ",".join(KEYS),
-            ],  # fmt: skip
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
