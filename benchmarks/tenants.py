@@ -91,8 +91,8 @@ class ErrorCount(logging.Handler):
             self.samples.append(f"{record.levelname} {record.getMessage()}"[:300])
 
 
-def user_id(u: int) -> str:
-    return f"tenant-{u:05d}"
+def user_id(args: dict[str, Any], u: int) -> str:
+    return f"{args['prefix']}{u:05d}"
 
 
 def turn_text(u: int, i: int) -> tuple[str, str]:
@@ -125,14 +125,15 @@ def write_phase(worker: int, args: dict[str, Any]) -> dict[str, Any]:
     turns, fact_every = args["turns"], args["fact_every"]
     for u in range(worker, args["users"], args["processes"]):
         try:
-            with elastimem.open(args["url"], user_id=user_id(u), **options) as mem:
+            with elastimem.open(args["url"], user_id=user_id(args, u), **options) as mem:
                 for i in range(turns):
                     mem.record_turn(*turn_text(u, i))
                     if fact_every and i % fact_every == fact_every - 1:
                         key = FACT_KEYS[(i // fact_every) % len(FACT_KEYS)]
                         mem.remember(key, f"value {i} of user {u}")
         except Exception as exc:  # counted: the point is to count them
-            exceptions.append(f"write {user_id(u)}: {type(exc).__name__}: {exc}"[:300])
+            exceptions.append(f"write {user_id(args, u)}: {type(exc).__name__}: {exc}"[:300])
+    logging.getLogger("elastimem").removeHandler(errors)
     return {"errors": errors.count + len(exceptions), "samples": errors.samples + exceptions}
 
 
@@ -157,7 +158,7 @@ def read_phase(worker: int, args: dict[str, Any]) -> dict[str, Any]:
     keys = expected_facts(turns, args["fact_every"])
     for u in range(worker, args["users"], args["processes"]):
         try:
-            with elastimem.open(args["url"], user_id=user_id(u), **options) as mem:
+            with elastimem.open(args["url"], user_id=user_id(args, u), **options) as mem:
                 for q in range(args["queries"]):
                     words = turn_text(u, (q * 17) % max(turns, 1))[1]
                     started = time.perf_counter()
@@ -171,7 +172,8 @@ def read_phase(worker: int, args: dict[str, Any]) -> dict[str, Any]:
                     duplicates += max(len(live) - 1, 0)
                 duplicates += abs(stats["facts"] - len(keys))
         except Exception as exc:
-            exceptions.append(f"read {user_id(u)}: {type(exc).__name__}: {exc}"[:300])
+            exceptions.append(f"read {user_id(args, u)}: {type(exc).__name__}: {exc}"[:300])
+    logging.getLogger("elastimem").removeHandler(errors)
     return {
         "errors": errors.count + len(exceptions),
         "samples": errors.samples + exceptions,
@@ -245,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=384, help="the hash embedder's width")
     parser.add_argument("--pg-url", help="a database to use (default: a private server)")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--prefix", help="user ids are PREFIX00000, PREFIX00001...; default: "
+                        "new per run, so a run meets no earlier run's users")  # fmt: skip
     ns = parser.parse_args(argv)
     if min(ns.users, ns.turns, ns.processes) < 1 or ns.queries < 0 or ns.fact_every < 0:
         parser.error("--users, --turns and --processes must be at least 1")
@@ -252,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     url = ns.pg_url
     if url is None:
         url, server = private_database()
-    args = {**vars(ns), "url": url}
+    prefix = ns.prefix or f"tenant-{os.urandom(3).hex()}-"
+    args = {**vars(ns), "url": url, "prefix": prefix}
     args.pop("json")
     args.pop("pg_url")
     try:
