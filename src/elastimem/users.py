@@ -33,7 +33,7 @@ def _root(root_dir: object) -> Path:
     raw = os.fspath(root_dir)
     if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise ConfigError(f"root_dir={root_dir!r} is invalid; pass a non-empty folder path")
-    refuse_database_url(raw)
+    refuse_database_url(raw, file_only=True)
     root = Path(os.path.expanduser(raw))
     if not root.exists():
         try:

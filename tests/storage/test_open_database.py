@@ -64,3 +64,15 @@ def test_create_false_opens_only_an_existing_store(tmp_path: Path) -> None:
     database = storage.open_database(tmp_path / "there.db", create=False)
     database.close()
     assert database.closed
+
+
+@pytest.mark.parametrize("address", ["postgresql://app:s3cret@db/memory", "postgres://db/memory"])
+def test_the_sqlite_backend_refuses_a_postgres_address_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, address: str
+) -> None:
+    # It became a folder "postgresql:" in the working folder holding an SQLite file.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="is a PostgreSQL address, not a file path") as raised:
+        sqlite_database.open_store(address)
+    assert "s3cret" not in str(raised.value)
+    assert os.listdir(tmp_path) == []

@@ -314,7 +314,7 @@ def open_store(path: str | os.PathLike[str], *, create: bool = True) -> Database
     SQLite file without tables raises ``StoreError`` and nothing is created (no folder, no
     file). A file that is not SQLite at all is refused untouched whatever ``create`` says.
     """
-    refuse_database_url(os.fspath(path))
+    refuse_database_url(os.fspath(path), file_only=True)
     if not create:
         opening.require_existing(path)  # before resolve_path, which creates missing folders
     resolved = resolve_path(path)
