@@ -59,7 +59,7 @@ from ..values import (
     Hit,
     TimelineResult,
 )
-from . import boosts
+from . import boosts, temporal
 from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
@@ -509,6 +509,7 @@ def rank(
     keyword_index: KeywordIndexes | None = None,
     fact_vector_leg: FactVectorLeg | None = None,
     question: str = "",
+    scope: temporal.TimeScope | None = None,
 ) -> Ranking:
     """Run the legs, fuse, and rank. ``conn`` must be inside one read snapshot.
 
@@ -523,7 +524,12 @@ def rank(
     if "chunk" in kinds:
         chunk_index = keyword_index.chunks if keyword_index is not None else None
         legs = _ChunkLegs(
-            fts_enabled, vector_leg, graph, chunk_index, bool(WHEN_QUESTION.search(question))
+            fts_enabled,
+            vector_leg,
+            graph,
+            chunk_index,
+            bool(WHEN_QUESTION.search(question)),
+            scope,
         )
         chunks = _rank_chunks(conn, terms, filters, legs, chunk_half_life, weights, now, k)
         _fill_chunk_rows(conn, chunks)
@@ -568,6 +574,7 @@ class _ChunkLegs:
     graph: GraphSignal | None
     keyword_index: KeywordIndex | None
     asks_when: bool = False
+    scope: temporal.TimeScope | None = None
 
 
 def _rank_chunks(
@@ -619,6 +626,7 @@ def _rank_chunks(
         kept.append((cid, session_id, created_at, importance))
     fed = boosts.add_feedback(fused, weight_sum, found) if fused else {}
     timed = boosts.add_time_bonus(conn, fused) if legs.asks_when and fused else set()
+    dated = temporal.add_date_bonus(fused, kept, legs.scope) if legs.scope and fused else {}
     # The neighbour term: who lends and who may receive (see NEIGHBOUR_MIN_COSINE).
     cosines = dict(found) if found else {}
     givers = {cid for cid, score in keyword.items() if score > 0}
@@ -657,7 +665,7 @@ def _rank_chunks(
             importance=importance,
         )
         cand.neighbour = weights.neighbour * best_neighbour.get(cid, 0.0)
-        cand.time_bonus = TIME_MENTION_BONUS if cid in timed else 0.0
+        cand.time_bonus = (TIME_MENTION_BONUS if cid in timed else 0.0) + dated.get(cid, 0.0)
         cand.feedback = fed.get(cid, 0.0)
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
