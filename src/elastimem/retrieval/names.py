@@ -11,9 +11,13 @@ friend mentioned in a few exchanges, a place) stays and counts like any other te
 
 from __future__ import annotations
 
+import logging
 import re
 
+from ..errors import StoreError
 from ..storage.tx import Tx
+
+logger = logging.getLogger("elastimem")
 
 COMMON_NAME_SHARE = 0.3
 # Below this many chunks a share says little (a new store's first exchanges all greet).
@@ -44,14 +48,18 @@ def common_names(conn: Tx, question: str, corpus: str = "chunks") -> frozenset[s
     names = {w.lower() for w in name_words(question)}
     if not names:
         return frozenset()
-    rows = conn.postings.state(corpus).rows
-    if rows < MIN_CHUNKS:
-        return frozenset()
     common = set()
-    for name in sorted(names):
-        size = conn.postings.term_size(corpus, name)
-        if size is not None and size[0] > COMMON_NAME_SHARE * rows:
-            common.add(name)
+    try:
+        rows = conn.postings.state(corpus).rows
+        if rows < MIN_CHUNKS:
+            return frozenset()
+        for name in sorted(names):
+            size = conn.postings.term_size(corpus, name)
+            if size is not None and size[0] > COMMON_NAME_SHARE * rows:
+                common.add(name)
+    except StoreError as exc:  # no keyword index to ask (FTS5 missing): names stay
+        logger.debug("name shares unavailable: %s", exc)
+        return frozenset()
     return frozenset(common)
 
 
