@@ -149,8 +149,14 @@ def add_date_bonus(
     return added
 
 
+# Every form above holds a digit or one of these words: most questions skip the parse.
+_HINT = re.compile(r"\d|\b(?:yesterday|last|past|ago)\b", re.IGNORECASE)
+
+
 def parse(question: str, now: datetime | None = None) -> TimeScope | None:
     """The time ``question`` names, or None (see the module docstring)."""
+    if not _HINT.search(question):
+        return None
     found = _DATE_RE.search(question)
     if found:
         groups = found.groupdict()
