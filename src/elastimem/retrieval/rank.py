@@ -32,6 +32,9 @@ the vector index, decoded from the codes it holds (``VectorHits``), not read aga
 when the question asks *when* (``WHEN_QUESTION``), a matching candidate that mentions a
 time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a weekday, a
 year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
+When the question names a time ("in May 2023", "the week before August 3, 2023"), a
+matching candidate said then gains ``temporal.DATE_BONUS`` (``scope``; shown in
+``time_bonus``), and names most chunks hold are left out of the query (``names.py``).
 
 Facts have a vector leg too (``fact_vectors.py``): exact cosine over the live facts, scored
 on an absolute scale (``normalise_fact_cosines``) rather than min-max, since a handful of
@@ -139,6 +142,12 @@ class Weights:
 # Later: the neighbour rule, then the time-mention bonus and pseudo-relevance feedback
 # (records at their constants below; hybrid now 0.74732 / 0.81762, keyword only 0.70180 /
 # 0.76112).
+# Round 2 (issue 17): a named date boosts by the day a chunk was said (temporal.py) and
+# names in most chunks leave the query (names.py); records at their constants. Hybrid
+# 0.7640 / 0.8304, keyword only 0.7183 / 0.7677. Did not help: a per-session penalty (each
+# chunk loses p per chunk of its session ranked above it, greedy): p 0.01 / 0.02 / 0.05 gave
+# 0.7450 / 0.8148, 0.7444 / 0.8105, 0.7395 / 0.8109 (multi-hop R@10 .518 -> .500 at 0.05):
+# LoCoMo's evidence sits next to its neighbours more often than in other sessions.
 DEFAULT_WEIGHTS = Weights()
 
 # The neighbour share (W_NEIGHBOUR) is lent only by an exchange that clearly matches the
