@@ -31,6 +31,17 @@ texts, and the cost of a query embedding, reported separately from the search.
     python benchmarks/latency.py --big                   # adds 1M (HNSW build: minutes)
     python benchmarks/latency.py --builtin --builtin-turns 400
     python benchmarks/latency.py --json benchmarks/results/latency.json
+
+``--backend postgres`` puts SQLite and PostgreSQL side by side in one run (issue #18): for
+each size one SQLite store and one PostgreSQL user are bulk-loaded with the same exchanges and
+vectors, then ``record_turn``, keyword recall, hybrid recall and the vector leg alone are
+timed on both, alternating call by call (so a change of load hits both alike), and reported
+as medians/p95 with the PostgreSQL/SQLite ratio. ``--pg-url`` names the server (a database
+the role may create the schema in); without it a private PostgreSQL 15 is started for the run
+(tests/pg_server.py) and removed afterwards.
+
+    python benchmarks/latency.py --backend postgres --sizes 10000 --queries 200
+    python benchmarks/latency.py --backend postgres --pg-url postgresql://app@db/memory
 """
 
 from __future__ import annotations
@@ -47,7 +58,7 @@ import zlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -183,7 +194,8 @@ def bulk_load(path: Path, corpus: Corpus, count: int, embedder: SyntheticEmbedde
             word_ids = corpus.word_ids(n, start)
             pairs = [corpus.texts(ids) for ids in word_ids]
             vectors = embedder([f"User: {u}\nAssistant: {a}" for u, a in pairs])
-            with store.atomic() as conn:
+            with store.atomic() as tx:
+                conn = tx.conn  # raw SQL: the benchmark writes rows the fastest way
                 for i, (user, assistant) in enumerate(pairs):
                     number = start + i
                     at = format_ts(START + timedelta(minutes=number))
@@ -227,8 +239,8 @@ def bulk_load(path: Path, corpus: Corpus, count: int, embedder: SyntheticEmbedde
                     "WHERE id >= ?",
                     (start // EXCHANGES_PER_SESSION + 1,),
                 )
-                db.set_meta(conn, "vectors.seq", seq)
-                db.set_meta(conn, "embedder.host.dim", embedder.dim)
+                tx.meta.set("vectors.seq", seq)
+                tx.meta.set("embedder.host.dim", embedder.dim)
             print(f"  bulk-loaded {start + n:,}/{count:,}", file=sys.stderr, end="\r")
         print(file=sys.stderr)
     finally:
@@ -263,6 +275,67 @@ def ingest_api(
         "record_turn_per_s": count / recorded,
         "ingest_with_embedding_per_s": count / embedded,
     }
+
+
+def pg_bulk_load(
+    url: str, user: str, corpus: Corpus, count: int, embedder: SyntheticEmbedder
+) -> float:
+    """Write ``count`` exchanges into a PostgreSQL user's store through the storage seam (the
+    memory layer's own writes: sessions, messages, chunks with their postings, vectors), a
+    session per transaction, the sessions ended; returns the seconds taken."""
+    from elastimem import storage
+    from elastimem.index.vector_writes import write_vectors
+    from elastimem.memory import episodic
+
+    begin = time.perf_counter()
+    owner = episodic.Owner.current()
+    database = storage.open_database(url, user_id=user)
+    try:
+        session = 0
+        for start in range(0, count, CORPUS_BLOCK):
+            n = min(CORPUS_BLOCK, count - start)
+            pairs = [corpus.texts(ids) for ids in corpus.word_ids(n, start)]
+            texts = [episodic.exchange_text(u, a) for u, a in pairs]
+            vectors = embedder(texts)
+            # A transaction per session: each turn's statement-level triggers rewrite the
+            # user's keyword totals row, so a long transaction piles up its versions.
+            for first in range(0, n, EXCHANGES_PER_SESSION):
+                part = range(first, min(n, first + EXCHANGES_PER_SESSION))
+                with database.atomic() as tx:
+                    chunk_ids: list[int] = []
+                    for i in part:
+                        user_text, assistant_text = pairs[i]
+                        number = start + i
+                        at = format_ts(START + timedelta(minutes=number))
+                        if number % EXCHANGES_PER_SESSION == 0:
+                            if session:
+                                tx.transcript.end_session(session, at, None)
+                            session = episodic.open_session(tx, owner, at=at, host_tag=None)
+                        record = episodic.insert_turn(
+                            tx,
+                            session,
+                            user_text,
+                            assistant_text,
+                            at=at,
+                            chunk_texts=[texts[i]],
+                            user_tokens=len(user_text) // 4,
+                            assistant_tokens=len(assistant_text) // 4,
+                        )
+                        chunk_ids.extend(record.chunk_ids)
+                    if start + part[-1] + 1 == count and session:
+                        tx.transcript.end_session(session, at, None)
+                    write_vectors(
+                        tx,
+                        chunk_ids,
+                        vectors[part.start : part.stop],
+                        "host",
+                        [texts[i] for i in part],
+                    )
+            print(f"  postgres: loaded {start + n:,}/{count:,}", file=sys.stderr, end="\r")
+        print(file=sys.stderr)
+    finally:
+        database.close()
+    return time.perf_counter() - begin
 
 
 def time_record_turn(
@@ -410,8 +483,8 @@ def run_size(size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path)
             t0 = time.perf_counter()
             mem._vectors.build_ann_now("host", embedder.dim)
             row["hnsw_build_s"] = time.perf_counter() - t0
-            with mem._db.read() as conn:
-                blob = conn.execute("SELECT length(data) FROM ann_index").fetchone()
+            with mem._db.read() as tx:
+                blob = cast(Any, tx).conn.execute("SELECT length(data) FROM ann_index").fetchone()
             row["hnsw_snapshot_mb"] = (blob[0] / 2**20) if blob else 0.0
         gc.collect()
         with elastimem.open(
@@ -455,6 +528,174 @@ def run_size(size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path)
     return row
 
 
+# -- SQLite and PostgreSQL side by side ------------------------------------------------------
+
+# (key, what is timed) of the side-by-side figures.
+COMPARED = (
+    ("record_turn", "record_turn"),
+    ("keyword", "keyword recall"),
+    ("hybrid", "hybrid recall"),
+    ("vector", "vector leg"),
+)
+
+
+def alternate(calls: dict[str, Any], items: Sequence[Any], warm: int = 3) -> dict[str, list[float]]:
+    """Time ``calls[backend](item)`` for every item, the backends taking turns item by item
+    (after ``warm`` untimed items each); durations in seconds per backend."""
+    for item in items[:warm]:
+        for call in calls.values():
+            call(item)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for number, item in enumerate(items):
+        order = list(calls.items())
+        if number % 2:
+            order.reverse()  # neither backend always goes first
+        for name, call in order:
+            t0 = time.perf_counter()
+            call(item)
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def record(row: dict[str, Any], key: str, times: dict[str, list[float]]) -> None:
+    for name, values in times.items():
+        row[f"{name}_{key}_p50_ms"] = pct(values, 50)
+        row[f"{name}_{key}_p95_ms"] = pct(values, 95)
+    if "sqlite" in times and "postgres" in times:
+        row[f"{key}_ratio_p50"] = row[f"postgres_{key}_p50_ms"] / max(
+            row[f"sqlite_{key}_p50_ms"], 1e-9
+        )
+
+
+def run_compare(
+    size: int, args: argparse.Namespace, corpus: Corpus, workdir: Path, url: str
+) -> dict[str, Any]:
+    """One size on both backends (see the module doc)."""
+    embedder = SyntheticEmbedder()
+    path = workdir / f"latency-{size}.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    user = f"latency-{size}-{os.urandom(4).hex()}"
+    targets = {"sqlite": (str(path), {}), "postgres": (url, {"user_id": user})}
+    row: dict[str, Any] = {"size": size, "backend": "sqlite+postgres", "user": user}
+    row["load_avg"] = os.getloadavg()[0]
+    print(f"== {size:,} exchanges, SQLite and PostgreSQL", file=sys.stderr)
+    row["sqlite_bulk_load_s"] = bulk_load(path, corpus, size, embedder)
+    row["postgres_bulk_load_s"] = pg_bulk_load(url, user, corpus, size, embedder)
+
+    def open_all(**options: Any) -> dict[str, elastimem.Elastimem]:
+        return {
+            name: elastimem.open(where, tier_override="standard", **kw, **options)
+            for name, (where, kw) in targets.items()
+        }
+
+    def close_all(stores: dict[str, elastimem.Elastimem]) -> None:
+        for mem in stores.values():
+            mem.close()
+
+    turns = [corpus.texts(ids) for ids in corpus.word_ids(args.turns, 10**9)]
+    stores = open_all(embedder=embedder)
+    try:
+        for mem in stores.values():
+            mem.begin_session()
+        times = alternate(
+            {name: (lambda pair, m=mem: m.record_turn(*pair)) for name, mem in stores.items()},
+            turns,
+            warm=0,
+        )
+        record(row, "record_turn", times)
+        for mem in stores.values():
+            while not mem.drain(60):
+                pass
+            mem.end_session(wait=True, timeout=600)
+    finally:
+        close_all(stores)
+
+    queries = make_queries(corpus, size, args.queries)
+    gc.collect()
+    stores = open_all(disable_builtin_embedder=True)
+    try:
+        for mem in stores.values():
+            settle(mem)
+        calls = {name: (lambda q, m=mem: m.recall(q, 5)) for name, mem in stores.items()}
+        record(row, "keyword", alternate(calls, queries))
+    finally:
+        close_all(stores)
+
+    stores = open_all(embedder=embedder, vector_backend="numpy")
+    try:
+        for mem in stores.values():
+            mem.recall(queries[0] + " first", 5)  # loads the vectors
+            settle(mem)
+        calls = {name: (lambda q, m=mem: m.recall(q, 5)) for name, mem in stores.items()}
+        record(row, "hybrid", alternate(calls, queries))
+        query_vectors = list(embedder(queries[: args.ann_queries]))
+        vector_calls = {
+            name: (lambda v, m=mem: vector_only(m._vectors, m._db, v[None, :], VECTOR_CANDIDATES))
+            for name, mem in stores.items()
+        }
+        record(row, "vector", alternate(vector_calls, query_vectors))
+        row["sqlite_rss_mb"] = row["postgres_rss_mb"] = rss_mb()
+    finally:
+        close_all(stores)
+    row["load_avg_end"] = os.getloadavg()[0]
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    return row
+
+
+def print_compared(rows: list[dict[str, Any]]) -> None:
+    table = [["size", "figure", "SQLite p50", "PG p50", "PG/SQLite", "SQLite p95", "PG p95"]]
+    for row in rows:
+        for key, title in COMPARED:
+            if f"sqlite_{key}_p50_ms" not in row:
+                continue
+            table.append(
+                [
+                    f"{row['size']:,}",
+                    title,
+                    f"{row[f'sqlite_{key}_p50_ms']:.2f} ms",
+                    f"{row[f'postgres_{key}_p50_ms']:.2f} ms",
+                    f"{row[f'{key}_ratio_p50']:.2f}x",
+                    f"{row[f'sqlite_{key}_p95_ms']:.2f} ms",
+                    f"{row[f'postgres_{key}_p95_ms']:.2f} ms",
+                ]
+            )
+        table.append(
+            [
+                f"{row['size']:,}",
+                "bulk load",
+                f"{row['sqlite_bulk_load_s']:.1f} s",
+                f"{row['postgres_bulk_load_s']:.1f} s",
+                f"{row['postgres_bulk_load_s'] / max(row['sqlite_bulk_load_s'], 1e-9):.2f}x",
+                "",
+                "",
+            ]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    print()
+
+
+def private_postgres() -> tuple[Any, str]:
+    """A private PostgreSQL server for this run (tests/pg_server.py) and the application
+    role's address of a new database with the schema."""
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    import psycopg
+    from tests import pg_server
+
+    from elastimem.storage.postgres import migrations
+
+    server = pg_server.start()
+    admin_url = server.create_database("elastimem_latency")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the benchmark database")
+    return server, server.app_url(admin_url)
+
+
 # -- the built-in embedder end to end ---------------------------------------------------------
 
 
@@ -485,7 +726,9 @@ def run_builtin(args: argparse.Namespace, corpus: Corpus, workdir: Path) -> dict
             pass
         row["ingest_chunks_per_s"] = count / (time.perf_counter() - begin)
         with mem._db.read() as conn:
-            rows = conn.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+            rows = (
+                cast(Any, conn).conn.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+            )
             passages = passage_texts(conn, rows)
         raw = [str(r[1]) for r in rows]
         queries = make_queries(corpus, count, args.queries)
@@ -626,6 +869,20 @@ def main(argv: list[str] | None = None) -> int:
         "snapshot) on the next run",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: SQLite and PostgreSQL side by side in the same run",
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=None,
+        help="PostgreSQL server for --backend postgres (default: a private one for the run)",
+    )
+    parser.add_argument(
+        "--turns", type=int, default=200, help="record_turn calls timed per backend (postgres)"
+    )
     args = parser.parse_args(argv)
 
     corpus = Corpus()
@@ -637,7 +894,25 @@ def main(argv: list[str] | None = None) -> int:
         workdir = args.workdir
         workdir.mkdir(parents=True, exist_ok=True)
     try:
-        if args.builtin:
+        if args.backend == "postgres":
+            server = None
+            url = args.pg_url
+            if url is None:
+                server, url = private_postgres()
+            try:
+                rows = []
+                for size in list(args.sizes) + ([1_000_000] if args.big else []):
+                    rows.append(run_compare(size, args, corpus, workdir, url))
+                    gc.collect()
+            finally:
+                if server is not None:
+                    server.stop()
+            print(
+                f"SQLite vs PostgreSQL, one user, {args.queries} queries per figure, k=5, "
+                f"alternating, {os.cpu_count()} CPUs"
+            )
+            print_compared(rows)
+        elif args.builtin:
             row = run_builtin(args, corpus, workdir)
             width = max(len(k) for k in row)
             for key, value in row.items():

@@ -33,6 +33,15 @@ for all of them, in each mode.
     python benchmarks/locomo.py --session-depth 0    # exchange level only (one recall each)
     python benchmarks/locomo.py --mode keyword       # no model needed
     python benchmarks/locomo.py --data PATH/locomo_dev.json --workdir /tmp/locomo
+    python benchmarks/locomo.py --backend postgres   # the same on a private PostgreSQL 15
+    python benchmarks/locomo.py --db-url postgresql://app@db/memory --workdir /tmp/locomo-pg
+
+On PostgreSQL (issue #18) each conversation is loaded into its own user of one database,
+through the same calls; ``--backend postgres`` starts a private server for the run
+(``tests/pg_server.py``), ``--db-url`` uses yours. ``--copy-sqlite`` fills each user instead
+with ``import_`` of the export of the conversation's SQLite store in ``--workdir`` (built
+there when missing), so both backends answer from the very same rows and only the search
+differs.
 
 The dataset is not shipped; by default it is read from ``../shared/data/locomo`` next to the
 repository (or ``$LOCOMO_DEV``). Tune only on this split.
@@ -41,11 +50,12 @@ repository (or ``$LOCOMO_DEV``). Tune only on this split.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
 import re
-import sqlite3
+import secrets
 import statistics
 import sys
 import tempfile
@@ -100,7 +110,10 @@ def turn_text(turn: dict[str, Any], *, speaker_names: bool, captions: bool) -> s
 @dataclass
 class Loaded:
     sample_id: str
-    path: Path
+    path: Path  # the SQLite file, or the --workdir name of the PostgreSQL user's map file
+    # None on SQLite; on PostgreSQL the server's address and the conversation's user
+    url: str | None = None
+    user_id: str | None = None
     # chunk id -> the dia ids ("D3:5") of the messages it covers
     chunk_dias: dict[int, frozenset[str]] = field(default_factory=dict)
     exchanges: int = 0
@@ -126,16 +139,18 @@ def load_conversation(
     captions: bool,
     embed: bool,
     store_kw: dict[str, Any],
+    url: str | None = None,
+    user_id: str | None = None,
 ) -> Loaded:
     """Ingest one conversation through the public API; returns the chunk → turns map."""
-    loaded = Loaded(sample["sample_id"], path)
+    loaded = Loaded(sample["sample_id"], path, url, user_id)
     # message (store session id, turn, role) -> dia id, filled while recording
     dia_of: dict[tuple[int, int, str], str] = {}
     start = time.perf_counter()
     kw = dict(store_kw)
     if not embed:
         kw["disable_builtin_embedder"] = True
-    with elastimem.open(str(path), **kw) as mem:
+    with open_store(loaded, **kw) as mem:
         for _number, date_text, turns in sessions_of(sample["conversation"]):
             at = parse_locomo_date(date_text)
             session_id = mem.begin_session(at=at)
@@ -165,27 +180,45 @@ def load_conversation(
                 raise SystemExit(
                     f"only {stats['embedded_chunks']}/{stats['chunks']} chunks embedded"
                 )
-    loaded.chunk_dias = _map_chunks(path, dia_of)
+        loaded.chunk_dias = _map_chunks(mem, dia_of)
     return loaded
 
 
-def _map_chunks(path: Path, dia_of: dict[tuple[int, int, str], str]) -> dict[int, frozenset[str]]:
-    """Read (not write) the file to learn which messages each chunk covers."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        messages = {
-            int(mid): dia_of.get((int(sid), int(turn), str(role)))
-            for mid, sid, turn, role in conn.execute(
-                "SELECT id, session_id, turn, role FROM messages"
-            )
-        }
-        out: dict[int, frozenset[str]] = {}
-        for cid, first, last in conn.execute("SELECT id, first_msg_id, last_msg_id FROM chunks"):
-            dias = {messages.get(m) for m in range(int(first), int(last) + 1)}
-            out[int(cid)] = frozenset(d for d in dias if d)
-        return out
-    finally:
-        conn.close()
+def open_store(loaded: Loaded, **kw: Any) -> elastimem.Elastimem:
+    """The conversation's store: its SQLite file, or its user on the PostgreSQL server."""
+    if loaded.url is None:
+        return elastimem.open(str(loaded.path), **kw)
+    return elastimem.open(loaded.url, user_id=loaded.user_id, **kw)
+
+
+def _rows_of(mem: elastimem.Elastimem, tables: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """The rows of ``tables``, read through ``export`` (the same on both backends)."""
+    buffer = io.BytesIO()
+    mem.export(buffer)
+    out: dict[str, list[dict[str, Any]]] = {t: [] for t in tables}
+    for line in buffer.getvalue().split(b"\n"):
+        if line:
+            obj = json.loads(line)
+            if obj.get("table") in tables:
+                out[obj["table"]].append(obj["row"])
+    return out
+
+
+def _map_chunks(
+    mem: elastimem.Elastimem, dia_of: dict[tuple[int, int, str], str]
+) -> dict[int, frozenset[str]]:
+    """Which LoCoMo turns each chunk covers, from the store's messages and chunks."""
+    rows = _rows_of(mem, {"messages", "chunks"})
+    messages = {
+        int(m["id"]): dia_of.get((int(m["session_id"]), int(m["turn"]), str(m["role"])))
+        for m in rows["messages"]
+    }
+    out: dict[int, frozenset[str]] = {}
+    for chunk in rows["chunks"]:
+        first, last = int(chunk["first_msg_id"]), int(chunk["last_msg_id"])
+        dias = {messages.get(m) for m in range(first, last + 1)}
+        out[int(chunk["id"])] = frozenset(d for d in dias if d)
+    return out
 
 
 # -- evaluation -------------------------------------------------------------------------------
@@ -327,7 +360,7 @@ def evaluate(
     if not hybrid:
         kw["disable_builtin_embedder"] = True
     by_category: dict[int, Scores] = {0: Scores()}
-    with elastimem.open(str(loaded.path), **kw) as mem:
+    with open_store(loaded, **kw) as mem:
         if hybrid and not mem.warm_up(timeout=300):
             raise SystemExit("the built-in embedder did not load; install elastimem[embed]")
         for question, category, evidence in questions:
@@ -448,10 +481,34 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the stores here (reused when present) instead of a temp dir",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default=None,
+        help="where the stores live (default sqlite; postgres without --db-url starts a "
+        "private PostgreSQL 15 for the run, see tests/pg_server.py)",
+    )
+    parser.add_argument(
+        "--db-url",
+        default=None,
+        metavar="URL",
+        help="a postgresql:// address: each conversation is loaded into its own user there",
+    )
+    parser.add_argument(
+        "--copy-sqlite",
+        action="store_true",
+        help="on PostgreSQL, fill each user by importing the export of the conversation's "
+        "SQLite store in --workdir (built there when missing) instead of loading it again",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     if args.session_depth < 0:
         parser.error("--session-depth must be 0 (skip) or a number of hits")
+    if args.db_url is not None and args.backend == "sqlite":
+        parser.error("--db-url names a PostgreSQL server; leave out --backend sqlite")
+    postgres = args.backend == "postgres" or args.db_url is not None
+    if args.copy_sqlite and not postgres:
+        parser.error("--copy-sqlite fills PostgreSQL users; add --backend postgres or --db-url")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
 
     if args.passage_context is not None:
@@ -471,7 +528,11 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
     store_kw: dict[str, Any] = {}
     totals: dict[str, dict[int, Scores]] = {}
+    server = None
     try:
+        url = args.db_url
+        if postgres and url is None:
+            server, url = _private_server()
         for sample in samples:
             variant = "-".join(
                 [
@@ -483,7 +544,11 @@ def main(argv: list[str] | None = None) -> int:
             path = workdir / f"{sample['sample_id']}-{variant}.db"
             if path.exists() and args.workdir is None:
                 path.unlink()
-            loaded = _load_or_reuse(sample, path, args, embed, store_kw)
+            if postgres:
+                assert url is not None
+                loaded = _load_into_user(sample, path, url, args, embed, store_kw)
+            else:
+                loaded = _load_or_reuse(sample, path, args, embed, store_kw)
             questions = questions_of(sample)
             print(
                 f"{sample['sample_id']}: {loaded.exchanges} exchanges, "
@@ -506,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
                 for category, scores in result.items():
                     into.setdefault(category, Scores()).merge(scores)
     finally:
+        if server is not None:
+            server.stop()
         if tmp is not None:
             tmp.cleanup()
     rows = [(mode, cats[0]) for mode, cats in totals.items()]
@@ -593,6 +660,86 @@ def _load_or_reuse(
         ),
         encoding="utf-8",
     )
+    return loaded
+
+
+def _private_server() -> tuple[Any, str]:
+    """A private PostgreSQL 15 for this run (stopped at the end) and the address of a new
+    database on it, as a non-superuser role, the way an application connects."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import psycopg
+    from tests import pg_server
+
+    from elastimem.storage.postgres import migrations
+
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as exc:
+        raise SystemExit(f"no PostgreSQL server for --backend postgres: {exc}") from exc
+    admin_url = server.create_database("elastimem_locomo")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the LoCoMo database")
+    return server, server.app_url(admin_url)
+
+
+def _load_into_user(
+    sample: dict[str, Any],
+    path: Path,
+    url: str,
+    args: argparse.Namespace,
+    embed: bool,
+    store_kw: dict[str, Any],
+) -> Loaded:
+    """The conversation as its own user of the PostgreSQL database at ``url``: loaded
+    through the API (or, with --copy-sqlite, imported from its SQLite store's export); a
+    user left by an earlier run on the same server is reused when --workdir has its map."""
+    meta = path.with_name(path.stem + ".pg.map.json")
+    if args.workdir is not None and args.db_url is not None and meta.exists():
+        info = json.loads(meta.read_text(encoding="utf-8"))
+        if info.get("url") == url and (not embed or info.get("embedded")):
+            loaded = Loaded(
+                sample["sample_id"], meta, url, info["user_id"], exchanges=info["exchanges"]
+            )
+            loaded.chunk_dias = {int(k): frozenset(v) for k, v in info["chunk_dias"].items()}
+            return loaded
+    # A new user each time: an earlier run's user (another server's map) is left alone.
+    user_id = f"locomo-{path.stem}-{secrets.token_hex(4)}"
+    if args.copy_sqlite:
+        source = _load_or_reuse(sample, path, args, embed, store_kw)
+        loaded = Loaded(sample["sample_id"], meta, url, user_id, exchanges=source.exchanges)
+        begin = time.perf_counter()
+        with open_store(source, disable_builtin_embedder=True) as mem:
+            buffer = io.BytesIO()
+            mem.export(buffer)
+        buffer.seek(0)
+        with open_store(loaded, disable_builtin_embedder=True) as mem:
+            mem.import_(buffer)
+        loaded.load_seconds = time.perf_counter() - begin
+        loaded.chunk_dias = source.chunk_dias  # the same ids: the rows were copied
+    else:
+        loaded = load_conversation(
+            sample,
+            path,
+            speaker_names=args.speaker_names,
+            captions=not args.no_captions,
+            embed=embed,
+            store_kw=store_kw,
+            url=url,
+            user_id=user_id,
+        )
+    if args.workdir is not None:
+        meta.write_text(
+            json.dumps(
+                {
+                    "url": url,
+                    "user_id": user_id,
+                    "exchanges": loaded.exchanges,
+                    "embedded": embed,
+                    "chunk_dias": {str(k): sorted(v) for k, v in loaded.chunk_dias.items()},
+                }
+            ),
+            encoding="utf-8",
+        )
     return loaded
 
 

@@ -15,9 +15,18 @@ sync API (``open_user`` stores shared by the threads of a user, as the server sh
 on a copy of the same seeded stores, so the difference is the HTTP overhead: JSON, the
 event loop, the hop to the store's threads.
 
+On PostgreSQL (``--backend postgres`` or ``both``) the server is given the address and
+every user's store lives on that server; the in-process run uses other user ids on the same
+database, seeded alike. ``--db`` names the server (use a throwaway database: the run leaves
+its users there, as the application role would see them: no superuser); without it a
+private PostgreSQL 15 is started for the run (``tests/pg_server.py``, trust authentication,
+``fsync=off``) and removed after.
+
 No embedder (keyword search), no LLM: this measures the service, not a model.
 
     python benchmarks/service_load.py                      # 8 users; 1, 4, 16 clients; ~1.5 min
+    python benchmarks/service_load.py --backend both       # SQLite, then a private PostgreSQL
+    python benchmarks/service_load.py --backend postgres --db postgresql://app@host/bench
     python benchmarks/service_load.py --clients 1 4 16 64 --seconds 10
     python benchmarks/service_load.py --json benchmarks/results/service_load.json
 """
@@ -61,7 +70,7 @@ def _sentence(i: int) -> str:
     return " ".join(WORDS[(i * k + 3) % len(WORDS)] for k in (1, 3, 7, 11))
 
 
-def seed(root: Path, users: list[str], turns: int) -> None:
+def seed(root: Path | str, users: list[str], turns: int) -> None:
     for user in users:
         with elastimem.open_user(root, user, disable_builtin_embedder=True) as mem:
             for i in range(turns):
@@ -88,7 +97,7 @@ class Tally:
 
 
 # One step of the mix: (endpoint, call) where call(client_number, i) does it.
-Step = Callable[[int, int], None]
+Step = Callable[[int, int], object]
 
 
 def run_clients(
@@ -201,9 +210,12 @@ def inproc_steps(
 # -- the run --------------------------------------------------------------------------------------
 
 
-def summarise(mode: str, clients: int, elapsed: float, tally: Tally, lost: int) -> dict[str, Any]:
+def summarise(
+    backend: str, mode: str, clients: int, elapsed: float, tally: Tally, lost: int
+) -> dict[str, Any]:
     total = sum(len(v) for v in tally.latency.values())
     return {
+        "backend": backend,
         "mode": mode,
         "clients": clients,
         "requests": total,
@@ -222,11 +234,12 @@ def summarise(mode: str, clients: int, elapsed: float, tally: Tally, lost: int) 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     short = {e: e.split(" ", 1)[1].replace("/v1/", "").replace("/{key}", "/k") for e in ENDPOINTS}
-    head = f"{'mode':<8}{'clients':>8}{'req/s':>9}{'errors':>8}{'lost':>6}  "
+    head = f"{'backend':<10}{'mode':<8}{'clients':>8}{'req/s':>9}{'errors':>8}{'lost':>6}  "
     head += "".join(f"{short[e] + ' p50/p95 ms':>26}" for e in ENDPOINTS)
     print(head)
     for row in rows:
-        line = f"{row['mode']:<8}{row['clients']:>8}{row['requests_per_s']:>9.0f}"
+        line = f"{row['backend']:<10}{row['mode']:<8}{row['clients']:>8}"
+        line += f"{row['requests_per_s']:>9.0f}"
         line += f"{row['errors']:>8}{row['lost_turns']:>6}  "
         for e in ENDPOINTS:
             stats = row["endpoints"][e]
@@ -234,7 +247,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(line)
     for row in rows:
         for error in row["first_errors"]:
-            print(f"  {row['mode']} x{row['clients']}: {error}")
+            print(f"  {row['backend']} {row['mode']} x{row['clients']}: {error}")
 
 
 def main() -> None:
@@ -243,13 +256,37 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--seconds", type=float, default=8.0, help="per client count and mode")
     parser.add_argument("--seed", type=int, default=200, help="exchanges per user before")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--db", metavar="URL", help="postgresql:// (else a private server)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
+    if args.db and args.backend == "sqlite":
+        args.backend = "postgres"
 
-    users = [f"user{i}" for i in range(args.users)]
-    tokens = {u: f"bench-{u}-{os.urandom(12).hex()}" for u in users}
-    work = Path(tempfile.mkdtemp(prefix="elastimem-load-"))
     rows: list[dict[str, Any]] = []
+    if args.backend in ("sqlite", "both"):
+        rows += run_sqlite(args)
+    if args.backend in ("postgres", "both"):
+        if args.db:
+            rows += run_postgres(args, args.db)
+        else:
+            server, url = start_private_postgres()
+            try:
+                rows += run_postgres(args, url)
+            finally:
+                server.stop()
+
+    print(f"\n{args.users} users, {args.seconds:.0f} s per row, keyword search, no LLM; "
+          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")  # fmt: skip
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+def run_sqlite(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One folder seeded, copied for the server and for the in-process run."""
+    users = [f"user{i}" for i in range(args.users)]
+    work = Path(tempfile.mkdtemp(prefix="elastimem-load-"))
     try:
         t0 = time.perf_counter()
         seed(work / "seeded", users, args.seed)
@@ -257,52 +294,98 @@ def main() -> None:
         shutil.copytree(work / "seeded", work / "inproc")
         print(f"seeded {len(users)} users x {args.seed} exchanges in "
               f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)  # fmt: skip
-
-        keys = work / "keys.json"
-        keys.write_text(json.dumps({t: u for u, t in tokens.items()}))
-        keys.chmod(0o600)
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "elastimem.cli", "--db", str(work / "http"), "serve",
-             "--keys", str(keys), "--port", str(port), "--no-embedder"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            _wait_ready(port)
-            for clients in args.clients:
-                before = {u: http_messages(port, tokens[u]) // 2 for u in users}
-                tally = Tally()
-                make = http_steps(port, tokens, users)
-                elapsed = run_clients(clients, args.seconds, make, tally)
-                after = {u: http_messages(port, tokens[u]) // 2 for u in users}
-                lost = sum(tally.acked[u] - (after[u] - before[u]) for u in users)
-                rows.append(summarise("http", clients, elapsed, tally, lost))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
-
-        stores = {
-            u: elastimem.open_user(work / "inproc", u, disable_builtin_embedder=True) for u in users
-        }
-        try:
-            for clients in args.clients:
-                before = {u: stores[u].stats()["messages"] // 2 for u in users}
-                tally = Tally()
-                elapsed = run_clients(clients, args.seconds, inproc_steps(stores, users), tally)
-                after = {u: stores[u].stats()["messages"] // 2 for u in users}
-                lost = sum(tally.acked[u] - (after[u] - before[u]) for u in users)
-                rows.append(summarise("inproc", clients, elapsed, tally, lost))
-        finally:
-            for mem in stores.values():
-                mem.close()
+        rows = run_http(args, "sqlite", str(work / "http"), users, work)
+        rows += run_inproc(args, "sqlite", str(work / "inproc"), users)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return rows
 
-    print(f"\n{args.users} users, {args.seconds:.0f} s per row, keyword search, no LLM; "
-          f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")  # fmt: skip
-    print_table(rows)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+def run_postgres(args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
+    """Two sets of users on one database, seeded alike: the server's, and the in-process
+    run's (a tag of this run keeps them apart from any earlier run's)."""
+    tag = os.urandom(3).hex()
+    http_users = [f"load-{tag}-http-{i}" for i in range(args.users)]
+    inproc_users = [f"load-{tag}-inproc-{i}" for i in range(args.users)]
+    t0 = time.perf_counter()
+    seed(url, http_users + inproc_users, args.seed)
+    print(f"seeded {2 * args.users} users x {args.seed} exchanges on PostgreSQL in "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)  # fmt: skip
+    work = Path(tempfile.mkdtemp(prefix="elastimem-load-"))
+    try:
+        rows = run_http(args, "postgres", url, http_users, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows + run_inproc(args, "postgres", url, inproc_users)
+
+
+def run_http(
+    args: argparse.Namespace, backend: str, target: str, users: list[str], work: Path
+) -> list[dict[str, Any]]:
+    tokens = {u: f"bench-{os.urandom(12).hex()}" for u in users}
+    keys = work / "keys.json"
+    keys.write_text(json.dumps({t: u for u, t in tokens.items()}))
+    keys.chmod(0o600)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elastimem.cli", "--db", target, "serve",
+         "--keys", str(keys), "--port", str(port), "--no-embedder"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    rows = []
+    try:
+        _wait_ready(port)
+        for clients in args.clients:
+            before = {u: http_messages(port, tokens[u]) // 2 for u in users}
+            tally = Tally()
+            make = http_steps(port, tokens, users)
+            elapsed = run_clients(clients, args.seconds, make, tally)
+            after = {u: http_messages(port, tokens[u]) // 2 for u in users}
+            lost = sum(tally.acked[u] - (after[u] - before[u]) for u in users)
+            rows.append(summarise(backend, "http", clients, elapsed, tally, lost))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    return rows
+
+
+def run_inproc(
+    args: argparse.Namespace, backend: str, target: str, users: list[str]
+) -> list[dict[str, Any]]:
+    stores = {u: elastimem.open_user(target, u, disable_builtin_embedder=True) for u in users}
+    rows = []
+    try:
+        for clients in args.clients:
+            before = {u: stores[u].stats()["messages"] // 2 for u in users}
+            tally = Tally()
+            elapsed = run_clients(clients, args.seconds, inproc_steps(stores, users), tally)
+            after = {u: stores[u].stats()["messages"] // 2 for u in users}
+            lost = sum(tally.acked[u] - (after[u] - before[u]) for u in users)
+            rows.append(summarise(backend, "inproc", clients, elapsed, tally, lost))
+    finally:
+        for mem in stores.values():
+            mem.close()
+    return rows
+
+
+def start_private_postgres() -> tuple[Any, str]:
+    """A private PostgreSQL for this run (tests/pg_server.py) and the address of a new
+    database with the schema, as the application role (no superuser)."""
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests import pg_server
+
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as exc:
+        raise SystemExit(f"{exc}; or pass --db postgresql://...") from None
+    admin_url = server.create_database("elastimem_load")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the benchmark database")
+    return server, server.app_url(admin_url)
 
 
 def _wait_ready(port: int, timeout: float = 120.0) -> None:

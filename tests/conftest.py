@@ -20,10 +20,11 @@ import pytest
 
 import elastimem
 from elastimem.storage.sqlite import connection as sqlite_connection
-from tests import pg_server
+from tests import pg_server, rows
 
 ENV_VARS = (
     "ELASTIMEM_DB",
+    "ELASTIMEM_USER",
     "ELASTIMEM_TIER",
     "ELASTIMEM_DISABLE_FTS",
     "ELASTIMEM_ALLOW_MODEL_DOWNLOAD",
@@ -195,7 +196,9 @@ def postgres_url(postgres_server: pg_server.PgServer) -> str:
     admin_url = postgres_server.create_database()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         migrations.ensure_schema(conn, "the test database")
-    return postgres_server.app_url(admin_url)
+    url = postgres_server.app_url(admin_url)
+    rows.POSTGRES_URLS.append(url)
+    return url
 
 
 @pytest.fixture

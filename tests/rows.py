@@ -3,8 +3,13 @@
 Tests use the public API wherever it can say what they check. Where a test must see rows
 (a migration's result, an audit trail's exact columns) or damage them on purpose (a corrupt
 BLOB, a row from a crashed process), it opens its OWN connection to the store's file here,
-as another process would, never the store's private connection. File stores only: a
-``:memory:`` store has no file to open, so such a test uses ``tmp_path``.
+as another process would, never the store's private connection. A ``:memory:`` store has no
+file to open, so such a test uses ``tmp_path``.
+
+A user's store on PostgreSQL (the ``postgres`` half of ``make_store``) is reached the same way:
+a connection of the test's own, as the application role, confined to the store's user by the
+row-level security the application itself runs under. Statements are written for SQLite;
+``?`` placeholders are translated, and a test whose SQL only SQLite speaks is ``sqlite_only``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,73 @@ from contextlib import contextmanager
 from typing import Any
 
 BUSY_TIMEOUT_S = 10.0
+
+# The address (with its password) of the test session's PostgreSQL database, set by the
+# ``postgres_url`` fixture: a store's own ``path`` hides the password.
+POSTGRES_URLS: list[str] = []
+
+
+def _is_postgres(store: Any) -> bool:
+    return not isinstance(store, (str, os.PathLike)) and str(store.path).startswith("postgres")
+
+
+def postgres_sql(sql: str) -> str:
+    """A statement written for SQLite with ``?`` placeholders, as psycopg takes it."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def postgres_url() -> str:
+    """The address of the test session's PostgreSQL database (``postgres_url`` fixture)."""
+    if not POSTGRES_URLS:
+        raise RuntimeError("no PostgreSQL test database registered (postgres_url fixture)")
+    return POSTGRES_URLS[-1]
+
+
+def is_postgres(store: Any) -> bool:
+    """True for an open store on PostgreSQL."""
+    return _is_postgres(store)
+
+
+class PostgresCursor:
+    """A psycopg cursor that also answers ``lastrowid`` as ``sqlite3`` does (the id the
+    last INSERT drew from its table's identity sequence)."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    @property
+    def lastrowid(self) -> int:
+        return int(self._cursor.connection.execute("SELECT lastval()").fetchone()[0])
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+def postgres_execute(conn: Any, sql: str, params: Sequence[Any] = ()) -> PostgresCursor:
+    """Run a statement written for SQLite on a psycopg connection."""
+    return PostgresCursor(conn.execute(postgres_sql(sql), tuple(params)))
+
+
+class _PostgresConnection:
+    """The slice of ``sqlite3.Connection`` tests use, on a psycopg connection."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return postgres_execute(self._conn, sql, params)
+
+
+@contextmanager
+def _connect_postgres(store: Any) -> Iterator[Any]:
+    import psycopg
+
+    with psycopg.connect(postgres_url()) as conn:  # one transaction, committed at the end
+        conn.execute("SELECT set_config('elastimem.user_id', %s, true)", (store.user_id,))
+        yield _PostgresConnection(conn)
 
 
 def _path_of(store: Any) -> str:
@@ -30,6 +102,10 @@ def _path_of(store: Any) -> str:
 def connect(store: Any) -> Iterator[sqlite3.Connection]:
     """A connection of the test's own to the store's file (``store``: an open store or a path);
     changes made through it are committed when the block ends without an error."""
+    if _is_postgres(store):
+        with _connect_postgres(store) as pg:
+            yield pg
+        return
     conn = sqlite3.connect(_path_of(store), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -44,7 +120,11 @@ def connect(store: Any) -> Iterator[sqlite3.Connection]:
 
 
 def rows(store: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Every row ``sql`` returns, read through the test's own connection."""
+    """Every row ``sql`` returns, read through the test's own connection. On PostgreSQL,
+    ``PRAGMA integrity_check`` answers ``ok`` once a statement succeeds: the server checks
+    its own pages, and a damaged table answers with an error, not a row."""
+    if sql.strip() == "PRAGMA integrity_check" and _is_postgres(store):
+        sql = "SELECT 'ok' FROM meta LIMIT 1"
     with connect(store) as conn:
         return [tuple(row) for row in conn.execute(sql, params).fetchall()]
 

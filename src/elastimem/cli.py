@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 import os
 import shlex
 import shutil
@@ -30,10 +29,13 @@ from typing import Any
 import click
 
 from . import cli_tables as tables
+from .arguments import check_user_id
 from .errors import ConfigError, ElastimemError, StoreError
+from .storage.addresses import is_postgres_url, refuse_database_url
 from .storage.sqlite import files
 
 DB_ENV_VAR = "ELASTIMEM_DB"
+USER_ENV_VAR = "ELASTIMEM_USER"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEMO_WAIT_SECONDS = 120.0
 # The label of every vector the built-in embedder made starts with this.
@@ -51,26 +53,63 @@ class CliState:
     output: str | None  # None: not given (JSON, except for `context`)
     tier: str | None
     verbose: bool
+    user: str | None = None  # --user / ELASTIMEM_USER: whose memory (required on PostgreSQL)
 
     def db_path(self) -> str:
-        """The store file, ``~`` expanded and absolute (what ``path`` shows is what opens)."""
+        """The store's address: a file, ``~`` expanded and absolute (what ``path`` shows is
+        what opens), or a ``postgresql://`` address as given (shown only by ``shown``)."""
         if self.db is not None and not self.db.strip():
             raise click.UsageError("--db is empty; pass the path of a store file")
         raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        from .storage.addresses import refuse_database_url
-
+        if is_postgres_url(raw):
+            if self.user_id() is None:
+                raise click.UsageError(
+                    "a PostgreSQL store holds many users' memory: pass --user ID (or set "
+                    f"{USER_ENV_VAR}) to say whose memory to use"
+                )
+            return raw
         try:
-            refuse_database_url(raw)  # before realpath makes "postgresql://h/db" a path
-        except ConfigError as exc:
-            raise click.ClickException(str(exc)) from None
+            refuse_database_url(raw)  # before realpath makes "mysql://h/db" a path
+        except ConfigError:
+            # Only the scheme: the rest of an address may hold a password.
+            scheme = raw.split(":", 1)[0]
+            raise click.ClickException(
+                f"{scheme}://… is an address, not a file path; pass the path of a store file, "
+                "':memory:' or a postgresql:// address"
+            ) from None
         # realpath, as the store resolves it: a symlink shows the file that opens.
         return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
 
+    def user_id(self) -> str | None:
+        """The checked ``--user`` (else ``ELASTIMEM_USER``), or None when neither is given."""
+        raw = self.user if self.user is not None else os.environ.get(USER_ENV_VAR) or None
+        if raw is None:
+            return None
+        try:
+            return check_user_id(raw)
+        except ConfigError as exc:
+            raise click.UsageError(f"--user: {exc}") from None
+
+    def shown(self) -> str:
+        """The store as messages name it: the file, or the server address without its
+        password and the user."""
+        where = self.db_path()
+        if not is_postgres_url(where):
+            return where
+        from .storage.postgres.database import redact  # psycopg itself only when called
+
+        try:
+            shown = redact(where)
+        except ImportError:  # no driver: show no part of the address rather than the password
+            shown = "postgresql://…"
+        return f"{shown} (user {self.user_id()})"
+
     def require_store(self) -> str:
         """The store file, which must exist: commands that only read (or have nothing to act
-        on in a new store) never create one, so a mistyped ``--db`` is an error, not ``{}``."""
+        on in a new store) never create one, so a mistyped ``--db`` is an error, not ``{}``.
+        On a server the open itself checks (``create=False``)."""
         path = self.db_path()
-        if path != ":memory:" and not os.path.exists(path):
+        if path != ":memory:" and not is_postgres_url(path) and not os.path.exists(path):
             raise click.ClickException(
                 f"there is no elastimem store at {path} (nothing was created); check the path, "
                 "or create the store with a command that stores something, e.g. "
@@ -85,7 +124,7 @@ class CliState:
         """An open store for one command; ``ElastimemError`` becomes exit 1 with its message.
 
         Only commands that store something pass ``create``; for the others a missing store
-        is an error and nothing is created (no folder, no file).
+        is an error and nothing is created (no folder, no file, no user on a server).
 
         The built-in embedder is wired in only for commands that search or embed: a one-shot
         command would otherwise start loading the model for the worker's embedding backfill
@@ -98,7 +137,7 @@ class CliState:
         if self.tier:
             overrides["tier_override"] = self.tier
         try:
-            mem = Elastimem(path, create=create, **overrides)
+            mem = Elastimem(path, create=create, user_id=self.user_id(), **overrides)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         try:
@@ -114,8 +153,8 @@ class CliState:
     def search_store(self) -> Iterator[Any]:
         """A store for ``recall``/``explain``: with the built-in embedder, warmed up, only
         when the store holds vectors it made (§8.1); keyword search otherwise."""
-        with self.store() as mem, mem._db.read() as conn:
-            has_vectors = conn.vectors.has_vectors_labelled(BUILTIN_LABEL_PREFIX)
+        with self.store() as mem:
+            has_vectors = mem.has_vectors(BUILTIN_LABEL_PREFIX)
         if not has_vectors:
             with self.store() as mem:
                 yield mem
@@ -151,46 +190,13 @@ def emit(
 # -- the group ---------------------------------------------------------------------------------
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record is emitted (click's test runner
-    and pytest swap it), not to the stream of the first command that ran."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: Any) -> None:
-        pass
-
-
-def _configure_logging(verbose: bool) -> Callable[[], None]:
-    """Warnings (a damaged store set aside, a read-only folder…) always reach stderr; ``-v``
-    adds the INFO records. Returns what undoes it when the command ends (a host that runs
-    the CLI in its own process keeps its logging as it was)."""
-    log = logging.getLogger("elastimem")
-    if any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
-        return lambda: None
-    handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
-    handler._elastimem_stderr = True  # type: ignore[attr-defined]
-    handler.setLevel(logging.INFO if verbose else logging.WARNING)
-    level = log.level
-    log.addHandler(handler)
-    if verbose:
-        log.setLevel(logging.INFO)
-
-    def undo() -> None:
-        log.removeHandler(handler)
-        log.setLevel(level)
-
-    return undo
-
-
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.option("--db", "db_path", metavar="PATH", help="Store file (default: $ELASTIMEM_DB, "
-              "else memory.db in the per-user app folder). Only commands that store "
-              "something create it.")  # fmt: skip
+@click.option("--db", "db_path", metavar="PATH", help="Store file, or a postgresql:// "
+              "address with --user (default: $ELASTIMEM_DB, else memory.db in the per-user "
+              "app folder). Only commands that store something create it.")  # fmt: skip
+@click.option("--user", metavar="ID", help="Whose memory: required with a postgresql:// "
+              "address; on a file, recorded as its owner and checked (default: "
+              "$ELASTIMEM_USER).")  # fmt: skip
 @click.option("--format", "output", type=click.Choice(["json", "table"]),
               help="Output format for data commands: json (the default) or table, for "
               "people; `context` prints its text unless json is asked for.")  # fmt: skip
@@ -199,30 +205,33 @@ def _configure_logging(verbose: bool) -> Callable[[], None]:
 @click.option("-v", "--verbose", is_flag=True, help="Send logs to stderr.")
 @click.version_option(package_name="elastimem", message="elastimem %(version)s")
 @click.pass_context
-def main(ctx: click.Context, db_path: str | None, output: str | None, tier: str | None,
-         verbose: bool) -> None:  # fmt: skip
-    """Long-term memory for local-first LLM agents, kept in one SQLite file.
+def main(ctx: click.Context, db_path: str | None, user: str | None, output: str | None,
+         tier: str | None, verbose: bool) -> None:  # fmt: skip
+    """Long-term memory for local-first LLM agents, kept in one SQLite file (or a user's
+    rows on a PostgreSQL server).
 
     \b
     Example:
       elastimem demo
       elastimem --db notes.db remember favorite_color teal
       elastimem --db notes.db recall "what color do I like?"
+      elastimem --db postgresql://app@db:5432/memory --user alice facts
     """
-    ctx.call_on_close(_configure_logging(verbose))
-    ctx.obj = CliState(db_path, output, tier, verbose)
+    ctx.call_on_close(tables.log_to_stderr(verbose))
+    ctx.obj = CliState(db_path, output, tier, verbose, user)
 
 
 @main.command()
 @pass_state
 def path(state: CliState) -> None:
-    """Print the store file in use.
+    """Print the store file in use (on a server: its address, without the password, and the
+    user).
 
     \b
     Example:
       ELASTIMEM_DB=~/agent.db elastimem path
     """
-    click.echo(state.db_path())
+    click.echo(state.shown())
 
 
 @main.command()
@@ -441,7 +450,8 @@ def erase(state: CliState, key: str | None, session_id: int | None, include_fact
             raise click.UsageError(
                 f"erase asks before deleting {target}; pass --yes to confirm without a terminal"
             )
-        click.confirm(f"Permanently erase {target} from {state.require_store()}?", abort=True)
+        state.require_store()
+        click.confirm(f"Permanently erase {target} from {state.shown()}?", abort=True)
     with state.store() as mem:
         counts = mem.erase(key=key, session_id=session_id, include_facts=include_facts)
     emit(state, counts)
@@ -512,7 +522,7 @@ def _refuse_the_store_as_output(state: CliState, out: str) -> None:
     """Exit 1 when ``out`` is the store file or one of its companions (by path, symlink or
     hard link): `export memory.db` replaced the store with its own export."""
     store = state.db_path()
-    if store == ":memory:":
+    if store == ":memory:" or is_postgres_url(store):
         return
     suffix = files.store_file_at(out, store)
     if suffix is not None:
@@ -561,8 +571,8 @@ def import_cmd(state: CliState, file: str) -> None:
 
 def _missing_parts(path: str) -> list[str]:
     """``path`` and the folders above it that do not exist yet, deepest first."""
-    if path == ":memory:":
-        return []
+    if path == ":memory:" or is_postgres_url(path):
+        return []  # no file: a failed import leaves the user's store empty, as it was
     missing: list[str] = []
     current = path
     while not os.path.lexists(current):
@@ -629,16 +639,10 @@ def graph(state: CliState, as_: str, out: str | None) -> None:
       elastimem graph --as dot | dot -Tsvg > graph.svg
       elastimem graph --as html -o graph.html
     """
-    try:
-        from .graph import view as graph_view
-
-        render: Callable[[Any], str] = getattr(graph_view, f"render_{as_}")
-    except (ImportError, AttributeError) as exc:
-        raise click.ClickException(f"this elastimem cannot draw graphs ({exc})") from exc
     if out and out != "-":
         _refuse_the_store_as_output(state, out)
-    with state.store() as mem, mem._db.read() as conn:
-        text = render(conn)
+    with state.store() as mem:
+        text = mem.render_graph(as_)
     if out and out != "-":
         try:
             target = Path(out).expanduser()
@@ -703,6 +707,7 @@ def serve_mcp(state: CliState, llm_url: str | None, llm_model: str | None, llm_k
             llm=_make_llm(llm_url, llm_model, llm_key),
             tier=state.tier,
             builtin_embedder=not no_embedder,
+            user_id=state.user_id(),
         )
     except ElastimemError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -821,9 +826,11 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
 
     question = data["questions"][0]
     if kept:
+        # On a server mem.path has no password: the reader adds theirs.
+        where = shlex.quote(mem.path) + (f" --user {mem.user_id}" if mem.user_id else "")
         say("\nExplore this store:")
-        say(f'  elastimem --db {mem.path} recall "{question}"')
-        say(f"  elastimem --db {mem.path} --format table facts")
+        say(f'  elastimem --db {where} recall "{question}"')
+        say(f"  elastimem --db {where} --format table facts")
     else:
         say("\nKeep a demo store to explore it:")
         say("  elastimem demo --db demo.db")
@@ -861,9 +868,7 @@ def _refuse_other_memories(mem: Any, sessions: list[dict[str, Any]]) -> None:
     demo = {(s.get("host_tag"), to_ts(s["started_at"])) for s in sessions}
     held = mem.sessions(ALL)
     demo_ids = [s["id"] for s in held if (s["host_tag"], s["started_at"]) in demo]
-    with mem._db.read() as conn:
-        others = conn.admin.has_memories_outside(demo_ids)
-    if len(demo_ids) < len(held) or others:
+    if len(demo_ids) < len(held) or mem.holds_memories_outside(demo_ids):
         raise click.ClickException(
             f"{mem.path} already holds memories that are not the demo; it was left as it "
             "was (the demo would add a sample user's conversations and facts to them): pass "

@@ -2,7 +2,8 @@
 
 A dict is shown as aligned "key  value" lines; a list of records as a table fitted to the
 terminal width, or as blocks when a table cannot fit. Widths count terminal columns (CJK and
-emoji take two). Also the progress bar and the broken-pipe handling of the commands.
+emoji take two). Also the progress bar, the broken-pipe handling of the commands and their
+log records on stderr.
 May import: click and the base modules only.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import logging
 import os
 import re
 import shutil
@@ -337,3 +339,42 @@ def progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]
             bar.__exit__(None, None, None)
 
     return update, finish
+
+
+# -- logs --------------------------------------------------------------------------------------
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted (click's test runner
+    and pytest swap it), not to the stream of the first command that ran."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def log_to_stderr(verbose: bool) -> Callable[[], None]:
+    """Warnings (a damaged store set aside, a read-only folder…) always reach stderr; ``-v``
+    adds the INFO records. Returns what undoes it when the command ends (a host that runs
+    the CLI in its own process keeps its logging as it was)."""
+    log = logging.getLogger("elastimem")
+    if any(getattr(h, "_elastimem_stderr", False) for h in log.handlers):
+        return lambda: None
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s elastimem: %(message)s"))
+    handler._elastimem_stderr = True  # type: ignore[attr-defined]
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    level = log.level
+    log.addHandler(handler)
+    if verbose:
+        log.setLevel(logging.INFO)
+
+    def undo() -> None:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+    return undo

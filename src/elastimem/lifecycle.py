@@ -40,15 +40,19 @@ _open_instances: dict[str, int] = {}
 _open_instances_guard = threading.Lock()
 
 
-def claim_user(database: Database, user_id: str | None) -> None:
+def claim_user(database: Database, user_id: str | None) -> str | None:
     """Record ``user_id`` as the store's owner (``meta.user_id``) or check it is the one
     recorded: a store opened under another user's id raises ``ConfigError``. A read-only
-    store is checked but not tagged. None claims nothing."""
+    store is checked but not tagged. None claims nothing. Returns the store's owner (None
+    for a store that records none)."""
     if user_id is None:
-        return
+        with database.read() as tx:
+            return tx.meta.get("user_id")
     if database.read_only:
         with database.read() as tx:
             recorded = tx.meta.get("user_id")
+        if recorded is None:
+            return user_id  # an untagged file stays untagged: it may not be written
     else:
         with database.atomic() as tx:
             recorded = tx.meta.get("user_id")
@@ -57,6 +61,7 @@ def claim_user(database: Database, user_id: str | None) -> None:
                 recorded = user_id
     if recorded != user_id:
         raise owner_mismatch(database.path, str(recorded), user_id)
+    return user_id
 
 
 def owner_mismatch(path: str, recorded: str, user_id: str) -> ConfigError:

@@ -364,8 +364,12 @@ def serve(
     llm: Callable[..., str] | None = None,
     tier: str | None = None,
     builtin_embedder: bool = True,
+    user_id: str | None = None,
 ) -> bool:
     """Run the server on stdin/stdout until the client disconnects or SIGTERM/SIGINT.
+
+    ``db_path`` and ``user_id`` are as ``Elastimem`` takes them (a ``postgresql://`` address
+    needs the user).
 
     Returns True when a SIGTERM stopped it: the SDK's thread reading stdin then stays
     blocked until the client closes its end, so the caller should end the process.
@@ -380,7 +384,7 @@ def serve(
     # line unwinds through the ``finally`` that closes it.
     with _sigterm_stops() as terminated:
         try:
-            mem = Elastimem(db_path, **kw)
+            mem = Elastimem(db_path, user_id=user_id, **kw)
         except KeyboardInterrupt:
             return terminated.fired
         try:

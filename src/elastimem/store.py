@@ -32,6 +32,7 @@ from .enums import Tier
 from .errors import ClosedError, ConfigError
 from .governor import Governor, MemoryProfile
 from .graph import list_clusters
+from .graph import view as graph_view
 from .index.embedders import BuiltinEmbedder
 from .index.vectors import EmbeddingSource, VectorIndex
 from .jobs.embed import queue_fact_embedding, reindex
@@ -42,8 +43,8 @@ from .retrieval.query import UNSET, rank_query
 from .retrieval.timeline import resolve_timeline_key
 from .retrieval.warm import warm_up
 from .runtime import queue as jobs
+from .runtime import stats as store_checks
 from .runtime.gate import LLMGate
-from .runtime.stats import collect_stats
 from .runtime.tokens import TokenEstimate
 from .session import SessionState, bump_writes
 from .text import normalize_key, sanitize
@@ -94,11 +95,10 @@ class Elastimem:
 
         self._db = storage.open_database(path, create=create, user_id=user_id)
         try:
-            lifecycle.claim_user(self._db, user_id)
+            self._user_id = lifecycle.claim_user(self._db, user_id)
         except BaseException:
             self._db.close()
             raise
-        self._user_id = user_id
         self._owner = episodic.Owner.current()
         self._session = SessionState(
             self._db,
@@ -520,6 +520,21 @@ class Elastimem:
             logger.error("clusters failed: %s", _failure(exc))
             return []
 
+    def has_vectors(self, model_prefix: str = "") -> bool:
+        """Whether a chunk has a vector of a model whose label starts with ``model_prefix``."""
+        self._check_open()
+        return store_checks.has_vectors(self._db, model_prefix)
+
+    def holds_memories_outside(self, session_ids: Iterable[int]) -> bool:
+        """Whether a lesson, or a fact version learned outside these sessions, is stored."""
+        self._check_open()
+        return store_checks.holds_memories_outside(self._db, session_ids)
+
+    def render_graph(self, as_: str = "dot") -> str:
+        """The entity graph as Graphviz DOT (``"dot"``) or one self-contained HTML page."""
+        self._check_open()
+        return graph_view.render(self._db, as_)
+
     def erase(
         self,
         *,
@@ -568,7 +583,7 @@ class Elastimem:
 
     def stats(self) -> dict[str, Any]:
         self._check_open()
-        return collect_stats(self._services, self._governor.profile.tier)
+        return store_checks.collect_stats(self._services, self._governor.profile.tier)
 
     # -- close -------------------------------------------------------------------------------
 

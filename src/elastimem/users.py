@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .arguments import USER_ID_PATTERN, check_user_id
+from .arguments import check_user_id
 from .errors import ConfigError
 from .lifecycle import owner_mismatch
 from .storage.addresses import is_postgres_url, refuse_database_url

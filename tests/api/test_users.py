@@ -215,3 +215,21 @@ def test_a_read_only_store_opens_read_only(
         with pytest.raises(StoreError, match="read-only"):
             kate.remember("tea", "green")
     assert path.read_bytes() == before  # an untagged file stays untagged
+
+
+def test_user_id_on_open_records_the_owner_and_refuses_another(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with elastimem.open(path, disable_builtin_embedder=True) as mem:
+        assert mem.user_id is None  # nothing recorded, nothing claimed
+    with elastimem.open(path, user_id="ana", disable_builtin_embedder=True) as mem:
+        assert mem.user_id == "ana"
+    with elastimem.open(path, disable_builtin_embedder=True) as mem:
+        assert mem.user_id == "ana"  # what the file records
+    with pytest.raises(ConfigError, match="belongs to user 'ana', not 'ben'"):
+        elastimem.open(path, user_id="ben", disable_builtin_embedder=True)
+    with pytest.raises(ConfigError, match="user_id="):
+        elastimem.open(path, user_id="../ana", disable_builtin_embedder=True)
+    with pytest.raises(ConfigError, match="belongs to user 'ana', not 'm'"):
+        elastimem.open_user(tmp_path, "m", disable_builtin_embedder=True)  # the same file
+    with elastimem.open_user(tmp_path, "zoe", disable_builtin_embedder=True) as other:
+        assert other.user_id == "zoe"

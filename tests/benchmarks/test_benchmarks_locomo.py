@@ -7,10 +7,12 @@ ranking lists, per hit in rank order, the LoCoMo sessions its chunk covers.
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -90,3 +92,63 @@ def test_session_scores_average_over_questions(locomo: ModuleType) -> None:
     scores.merge(other)
     assert scores.n == 3 and scores.short == {5: 2, 10: 2}
     assert scores.value(5, "share") == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+
+
+# -- the same figures on both backends (issue #18) ---------------------------------------------
+
+TINY_TURNS = (
+    ("Ana", "I adopted a grey kitten named Pixel last week."),
+    ("Ben", "Pixel is a lovely name! How old is she?"),
+    ("Ana", "Ten weeks. She sleeps on my keyboard while I paint."),
+    ("Ben", "I started pottery classes at the community center."),
+    ("Ana", "Pottery sounds relaxing. Do you use a wheel?"),
+    ("Ben", "Yes, the wheel is hard but I made a small bowl."),
+)
+TINY_LATER = (
+    ("Ana", "I sold two paintings at the harbor market on Saturday."),
+    ("Ben", "Congratulations! Which ones?"),
+    ("Ana", "The lighthouse one and a portrait of Pixel."),
+    ("Ben", "My bowl cracked in the kiln, so I am making a vase now."),
+)
+
+
+def tiny_locomo(path: Path) -> Path:
+    """A LoCoMo-shaped file: one conversation, two dated sessions, four questions."""
+    conversation: dict[str, object] = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for number, (turns, date) in enumerate(
+        ((TINY_TURNS, "1:56 pm on 8 May, 2023"), (TINY_LATER, "10:04 am on 20 June, 2023")),
+        start=1,
+    ):
+        conversation[f"session_{number}_date_time"] = date
+        conversation[f"session_{number}"] = [
+            {"speaker": who, "text": text, "dia_id": f"D{number}:{i}"}
+            for i, (who, text) in enumerate(turns, start=1)
+        ]
+    qa = [
+        {"question": "What is the name of Ana's kitten?", "category": 4, "evidence": ["D1:1"]},
+        {"question": "What class did Ben start?", "category": 4, "evidence": ["D1:4"]},
+        {"question": "When did Ana sell paintings?", "category": 2, "evidence": ["D2:1"]},
+        {"question": "What happened to Ben's bowl?", "category": 1, "evidence": ["D1:6", "D2:4"]},
+    ]
+    path.write_text(json.dumps([{"sample_id": "tiny", "conversation": conversation, "qa": qa}]))
+    return path
+
+
+def test_keyword_figures_are_the_same_on_both_backends(
+    locomo: ModuleType, postgres_url: str, tmp_path: Path
+) -> None:
+    data = tiny_locomo(tmp_path / "tiny.json")
+
+    def run(name: str, *extra: str) -> dict[str, Any]:
+        out = tmp_path / f"{name}.json"
+        argv = ["--data", str(data), "--mode", "keyword", "--workdir", str(tmp_path / "stores")]
+        assert locomo.main([*argv, "--json", str(out), *extra]) == 0
+        figures: dict[str, Any] = json.loads(out.read_text())
+        return figures
+
+    on_sqlite = run("sqlite")
+    assert on_sqlite["keyword"]["0"]["n"] == 4
+    assert on_sqlite["keyword"]["0"]["recall@10"] > 0
+    # Loaded again through the API into a PostgreSQL user, and copied from the SQLite store.
+    assert run("postgres", "--db-url", postgres_url) == on_sqlite
+    assert run("copied", "--db-url", postgres_url, "--copy-sqlite") == on_sqlite

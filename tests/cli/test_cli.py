@@ -876,14 +876,15 @@ def test_demo_twice_on_one_store_stores_it_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args", [["facts"], ["remember", "color", "teal"], ["path"]])
-def test_a_postgresql_address_is_refused_and_creates_nothing(
+def test_a_postgresql_address_without_a_user_is_a_usage_error_and_creates_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
 ) -> None:
     # It was taken as a relative path: `remember` made ./postgresql:/h/db and stored there.
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ELASTIMEM_USER", raising=False)
     result = CliRunner().invoke(cli.main, ["--db", "postgresql://h/db", *args])
-    assert result.exit_code == 1, result.output
-    assert "PostgreSQL stores are not supported yet" in result.output
+    assert result.exit_code == 2, result.output
+    assert "pass --user ID (or set ELASTIMEM_USER)" in result.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -22,8 +22,10 @@ from typing import Any
 
 import pytest
 
+from elastimem.storage.postgres.tx import PostgresTx
 from elastimem.storage.sqlite.tx import SqliteTx
 from elastimem.text import em_fold
+from tests.rows import is_postgres, postgres_execute, postgres_sql, postgres_url
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -90,12 +92,56 @@ class TestDatabase:
         self.conn.close()
 
 
-_opened: dict[str, TestDatabase] = {}
+class PostgresRawTx(PostgresTx):
+    """A PostgreSQL storage transaction that also runs a test's raw statements (written for
+    SQLite; ``?`` placeholders translated)."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return postgres_execute(self.conn, sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
+        cursor = self.conn.cursor()
+        cursor.executemany(postgres_sql(sql), [tuple(p) for p in parameters])
+        return cursor
 
 
-def database(store: Any) -> TestDatabase:
+class PostgresTestDatabase:
+    """``read()`` and ``atomic()`` of a store's user on the test session's PostgreSQL
+    database, through a ``Database`` of the test's own (confined to the user as the
+    application is)."""
+
+    __test__ = False
+
+    def __init__(self, user_id: str) -> None:
+        from elastimem.storage.postgres import database as postgres_database
+
+        self.db = postgres_database.open_database(postgres_url(), user_id, create=False)
+
+    @contextmanager
+    def read(self) -> Iterator[PostgresRawTx]:
+        with self.db.read() as tx:
+            yield PostgresRawTx(tx.conn, tx.user_id, writable=tx.writable)
+
+    @contextmanager
+    def atomic(self) -> Iterator[PostgresRawTx]:
+        with self.db.atomic() as tx:
+            yield PostgresRawTx(tx.conn, tx.user_id, writable=tx.writable)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+_opened: dict[str, Any] = {}
+
+
+def database(store: Any) -> Any:
     """The test's ``TestDatabase`` on ``store``'s file (an open store or a path), made once
-    per test."""
+    per test; on PostgreSQL, a ``PostgresTestDatabase`` of the store's user."""
+    if is_postgres(store):
+        key = f"{store.path}#{store.user_id}"
+        if key not in _opened:
+            _opened[key] = PostgresTestDatabase(store.user_id)
+        return _opened[key]
     path = str(getattr(store, "path", store))
     if path == ":memory:":
         raise ValueError("a :memory: store has no file to open; open the store in tmp_path")

@@ -26,6 +26,10 @@ from elastimem.text import query_terms
 from tests.conftest import wait_until
 from tests.rows import execute as execute_raw
 
+# Checked against SQLite's own FTS5 (its bm25()): tests/storage/postgres checks the
+# PostgreSQL postings give the same ranking.
+pytestmark = pytest.mark.sqlite_only
+
 # The facts' table as the index mirrors it from the first row (it waits for 16k by default).
 SMALL_FACTS = dataclasses.replace(FACTS, min_rows=0)
 

@@ -1,5 +1,7 @@
 """``elastimem serve``: the real server in a subprocess on a free port, driven over HTTP
-(urllib) and with the official MCP SDK's streamable-HTTP client."""
+(urllib) and with the official MCP SDK's streamable-HTTP client, on both backends: a folder
+of SQLite stores, and a PostgreSQL server (a database of its own per server started, as the
+non-superuser application role)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ import elastimem  # noqa: E402
 from elastimem.server import rest  # noqa: E402
 
 START_TIMEOUT = 90.0
+BACKENDS = ("sqlite", "postgres")
 USERS = ("ana", "ben", "cy", "dee", "eve", "fay", "gus", "hal", "ivy")
 TOKENS = {user: f"token-{user}-{'x' * 24}" for user in USERS}
 
@@ -38,6 +42,7 @@ class Server:
     port: int
     root: Path
     keys: Path
+    target: str  # --db: the folder ``root``, or a PostgreSQL address
     stderr: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
 
@@ -48,6 +53,14 @@ class Server:
     def log(self) -> str:
         return "".join(self.stderr)
 
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.target == str(self.root) else "postgres"
+
+    def open_user(self, user: str) -> elastimem.Elastimem:
+        """The user's store as the library opens it, beside the server."""
+        return elastimem.open_user(self.target, user, disable_builtin_embedder=True)
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -55,18 +68,42 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(tmp: Path, *extra: str, keys: dict[str, str] | None = None) -> Server:
+def postgres_target(postgres_server: Any) -> str:
+    """A new database with the schema on the test session's server, addressed as the
+    application role (not a superuser; its password is in the address): each server gets
+    its own, so the fixed user names of these tests never meet another test's rows."""
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    admin_url = postgres_server.create_database("elastimem_serve")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        migrations.ensure_schema(conn, "the service test database")
+    return str(postgres_server.app_url(admin_url))
+
+
+def backend_target(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """The --db of a server on ``backend``: None for a folder of SQLite stores."""
+    if backend == "sqlite":
+        return None
+    return postgres_target(request.getfixturevalue("postgres_server"))
+
+
+def start_server(
+    tmp: Path, *extra: str, keys: dict[str, str] | None = None, target: str | None = None
+) -> Server:
     keys_path = tmp / "keys.json"
     keys_path.write_text(json.dumps(keys or {t: u for u, t in TOKENS.items()}))
     keys_path.chmod(0o600)
     root = tmp / "users"
     port = _free_port()
     env = {**os.environ, "HOME": str(tmp), "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "elastimem.cli", "-v", "--db", str(root), "serve"]
+    target = target or str(root)
+    cmd = [sys.executable, "-m", "elastimem.cli", "-v", "--db", target, "serve"]
     cmd += ["--keys", str(keys_path), "--port", str(port), "--no-embedder", *extra]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=env)  # fmt: skip
-    server = Server(proc, port, root, keys_path)
+    server = Server(proc, port, root, keys_path, target)
     assert proc.stderr is not None
     stream = proc.stderr
     server.reader = threading.Thread(target=lambda: server.stderr.extend(stream), daemon=True)
@@ -130,11 +167,23 @@ def request(
         return status, text
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("serve"), "--max-open", "3")
+@pytest.fixture(scope="module", params=BACKENDS)
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    """One server per backend for the module's tests (pytest runs each backend's in a row)."""
+    target = backend_target(request.param, request)
+    running = start_server(tmp_path_factory.mktemp("serve"), "--max-open", "3", target=target)
     yield running
     assert stop_server(running) == 0, running.log()
+    password = urllib.parse.urlsplit(running.target).password
+    assert password is None or password not in running.log()  # -v: every request logged
+
+
+@pytest.fixture(params=BACKENDS)
+def target(request: pytest.FixtureRequest) -> str | None:
+    """The --db of a test's own server, on each backend (None: a folder in tmp_path)."""
+    return backend_target(request.param, request)
 
 
 def _ok(result: tuple[int, Any], status: int = 200) -> Any:
@@ -261,7 +310,8 @@ def test_a_key_reaches_only_its_own_users_memory_on_every_endpoint(server: Serve
     assert _ok(request(server, "GET", "/v1/facts", a))["facts"]["passport"] == "XK42-SECRET"
     assert _ok(request(server, "GET", "/v1/stats", a))["messages"] == 2
     assert _ok(request(server, "GET", "/v1/sessions", a))["sessions"][0]["id"] == a_session
-    assert {"ben.db", "cy.db"} <= {p.name for p in server.root.glob("*.db")}
+    if server.backend == "sqlite":
+        assert {"ben.db", "cy.db"} <= {p.name for p in server.root.glob("*.db")}
 
 
 @pytest.mark.parametrize(
@@ -402,6 +452,8 @@ def test_an_export_the_client_leaves_midway_stops_and_frees_the_store(server: Se
     assert _ok(request(server, "GET", "/v1/stats", user))["messages"] >= 8
 
 
+# The fault is a folder in the place of a user's store file: a file store's only.
+@pytest.mark.parametrize("server", ["sqlite"], indirect=True)
 def test_a_store_that_cannot_open_is_503_naming_no_path(server: Server) -> None:
     (server.root / "ivy.db").mkdir(parents=True)  # a folder where ivy's store should be
     status, payload = request(server, "GET", "/v1/facts", "ivy")
@@ -551,8 +603,10 @@ def test_sighup_reloads_the_keys_and_a_bad_file_keeps_the_old_ones(tmp_path: Pat
         assert token not in server.log()
 
 
-def test_sigterm_drains_requests_in_flight_and_closes_every_store(tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+def test_sigterm_drains_requests_in_flight_and_closes_every_store(
+    tmp_path: Path, target: str | None
+) -> None:
+    server = start_server(tmp_path, target=target)
     users = USERS[:4]
     done: list[tuple[str, int]] = []
     failed: list[BaseException] = []
@@ -577,8 +631,9 @@ def test_sigterm_drains_requests_in_flight_and_closes_every_store(tmp_path: Path
         thread.join()
     assert "every store is closed" in server.log()
     for user in users:
-        assert not (server.root / f"{user}.db-wal").exists()  # closed: WAL checkpointed away
-        with elastimem.open_user(server.root, user, disable_builtin_embedder=True) as mem:
+        if server.backend == "sqlite":  # closed: WAL checkpointed away
+            assert not (server.root / f"{user}.db-wal").exists()
+        with server.open_user(user) as mem:
             answered = sum(1 for u, _ in done if u == user)
             # Every acknowledged turn is on disk; one sent as the server stopped may be too.
             assert answered <= mem.stats()["messages"] // 2 <= answered + 1
@@ -587,14 +642,14 @@ def test_sigterm_drains_requests_in_flight_and_closes_every_store(tmp_path: Path
 @pytest.mark.parametrize(
     ("target", "keys", "message"),
     [
-        ("postgresql://localhost/mem", None, "PostgreSQL stores are not supported yet"),
+        ("mysql://localhost/mem", None, "is an address, not a file path"),
         ("a-file", None, "is a file; elastimem serve needs a folder"),
         ("users", "{not json", "is not valid JSON"),
         ("users", json.dumps({"tiny-tok": "ana"}), "key #1"),
         ("users", json.dumps({TOKENS["ana"]: "../ana"}), "user_id='../ana' is invalid"),
         ("users", "{}", "non-empty JSON object"),
     ],
-    ids=["postgresql", "file", "keys-not-json", "short-token", "bad-user-id", "no-keys"],
+    ids=["other-scheme", "file", "keys-not-json", "short-token", "bad-user-id", "no-keys"],
 )
 def test_a_target_or_keys_file_it_cannot_serve_is_refused_at_start(
     tmp_path: Path, target: str, keys: str | None, message: str
@@ -611,6 +666,75 @@ def test_a_target_or_keys_file_it_cannot_serve_is_refused_at_start(
     assert result.returncode == 1, result.stderr
     assert message in result.stderr
     assert "tiny-tok" not in result.stderr and TOKENS["ana"] not in result.stderr
+
+
+def _refused_at_start(target: str, tmp_path: Path) -> str:
+    """The stderr of ``serve`` on ``target``, which must exit 1 before serving."""
+    keys_path = tmp_path / "keys.json"
+    keys_path.write_text(json.dumps({TOKENS["ana"]: "ana"}))
+    keys_path.chmod(0o600)
+    cmd = [sys.executable, "-m", "elastimem.cli", "--db", target, "serve", "--port", "0"]
+    result = subprocess.run(
+        [*cmd, "--keys", str(keys_path), "--no-embedder"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "serving" not in result.stderr and "Traceback" not in result.stderr
+    return result.stderr
+
+
+def test_a_postgresql_server_that_does_not_answer_is_one_error_without_the_password(
+    tmp_path: Path,
+) -> None:
+    target = f"postgresql://app:hunter2-pass@127.0.0.1:{_free_port()}/memory"
+    stderr = _refused_at_start(target, tmp_path)
+    assert stderr.startswith("Error: cannot connect to postgresql://app@127.0.0.1:"), stderr
+    assert "check that the server is running" in stderr and len(stderr.splitlines()) == 1
+    assert "hunter2" not in stderr
+
+
+def test_a_schema_the_role_may_not_create_is_one_error_at_start_without_the_password(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    schema_db = urllib.parse.urlsplit(postgres_target(postgres_server))
+    empty_db = urllib.parse.urlsplit(postgres_server.create_database("elastimem_empty"))
+    target = schema_db._replace(path=empty_db.path).geturl()  # the app role, no schema there
+    stderr = _refused_at_start(target, tmp_path)
+    assert "the role may not create the schema on postgresql://elastimem_test_app@" in stderr
+    assert "create the schema once as its owner" in stderr and len(stderr.splitlines()) == 1
+    assert str(schema_db.password) not in stderr
+
+
+def test_a_role_that_may_create_the_schema_creates_it_at_start(
+    tmp_path: Path, postgres_server: Any
+) -> None:
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    empty = postgres_server.create_database("elastimem_empty")
+    server = start_server(tmp_path, target=empty)  # the owner: may create the schema
+    try:
+        with psycopg.connect(empty) as conn:  # there before any user's first request
+            assert migrations.schema_version(conn) == migrations.CURRENT_SCHEMA_VERSION
+        turn = {"user_text": "I live in Porto", "assistant_text": "Noted."}
+        assert request(server, "POST", "/v1/turns", "ana", turn)[0] == 201
+    finally:
+        assert stop_server(server) == 0, server.log()
+    assert "stores on postgresql://postgres@127.0.0.1:" in server.log()
+    assert "row-level security does not confine it" in server.log()  # a superuser: warned
+
+
+def test_the_start_line_says_where_the_stores_are_and_never_the_password(
+    server: Server,
+) -> None:
+    if server.backend == "sqlite":
+        assert f"stores under {server.root}," in server.log()
+    else:
+        address = urllib.parse.urlsplit(server.target)
+        assert address.password and address.password not in server.log()
+        shown = address._replace(netloc=f"{address.username}@{address.hostname}:{address.port}")
+        assert f"stores on {shown.geturl()}," in server.log()
 
 
 def _wait_for(condition: Any, timeout: float = 60.0) -> None:

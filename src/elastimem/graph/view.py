@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from ..storage.tx import Tx
 from ..text import strip_controls
 from .maintenance import components
@@ -365,6 +366,14 @@ def _esc(text: object) -> str:
     """HTML-escaped, without control or bidi-override characters: a name stored with
     U+202E would read differently in the picture than it is stored."""
     return html.escape(strip_controls(str(text)), quote=True)
+
+
+def render(source: Any, as_: str = "dot") -> str:
+    """The graph as ``"dot"`` (:func:`render_dot`) or ``"html"`` (:func:`render_html`);
+    ``ConfigError`` for another format."""
+    if as_ not in ("dot", "html"):
+        raise ConfigError(f"as_={as_!r} is invalid; pass 'dot' or 'html'")
+    return render_dot(source) if as_ == "dot" else render_html(source)
 
 
 def render_html(source: Any, *, title: str = "elastimem graph") -> str:

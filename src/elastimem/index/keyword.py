@@ -100,28 +100,33 @@ FACTS = Corpus("facts", min_rows=16_384)
 
 @dataclass
 class _Postings:
-    """One token's rows, ascending ids, with the token's frequency in each."""
+    """One token's rows, by position (ascending), with the token's frequency in each."""
 
-    ids: np.ndarray
+    rows: np.ndarray
     freqs: np.ndarray
     pending: list[tuple[int, int]] = field(default_factory=list)
 
     def merged(self) -> _Postings:
         if self.pending:
             extra = np.array(self.pending, dtype=np.int64)
-            self.ids = np.concatenate([self.ids, extra[:, 0]])
+            self.rows = np.concatenate([self.rows, extra[:, 0]])
             self.freqs = np.concatenate([self.freqs, extra[:, 1].astype(np.float64)])
             self.pending = []
         return self
 
     @property
     def size(self) -> int:
-        return len(self.ids) + len(self.pending)
+        return len(self.rows) + len(self.pending)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.freqs.nbytes) + 16 * len(self.pending)
 
 
 class _Preloaded:
     """Every posting of a table as of one state: per term a slice of two flat arrays,
-    plus the postings of rows appended since (per term, in id order)."""
+    plus the postings of rows appended since (per term, in id order). ``ids`` holds row ids
+    as read, until ``KeywordIndex.prime`` turns them into positions (int32) on install."""
 
     def __init__(self, spans: dict[str, tuple[int, int]], ids: np.ndarray, freqs: np.ndarray):
         self.spans = spans
@@ -168,7 +173,7 @@ def _read_all_postings(conn: Tx, corpus: str) -> _Preloaded:
     ordered = sorted(starts.items(), key=lambda item: item[1])
     for (term, start), (_next, end) in zip(ordered, [*ordered[1:], ("", position)]):
         spans[term] = (start, end)
-    empty = np.zeros(0, dtype=np.int32)
+    empty = np.zeros(0, dtype=np.int64)
     return _Preloaded(
         spans,
         np.concatenate(id_blocks) if id_blocks else empty,
@@ -236,7 +241,13 @@ class KeywordIndex:
         self._rows = 0
         self._total_tokens = 0
         self._max_id = 0
+        # Row i (by ascending id) of the cache: its id and its length in tokens. Positions,
+        # not ids, index every array, so memory follows the rows of this store, not the
+        # size of the id space (on PostgreSQL one sequence serves every user). Both grow
+        # by doubling; the first ``_size`` entries are in use.
+        self._ids = np.zeros(0, dtype=np.int64)
         self._lengths = np.zeros(0, dtype=np.uint32)
+        self._size = 0
         self._postings: OrderedDict[str, _Postings] = OrderedDict()
         self._cached_entries = 0
         self._loaded = False
@@ -302,7 +313,11 @@ class KeywordIndex:
                 if not self._sync(conn, state) or not self.wants_preload:
                     return
                 resets, read_up_to = self._resets, self._max_id
+                # Positions never move while the index only appends (a reset makes new
+                # arrays), so this view maps the postings read below to positions.
+                known = self._ids[: self._size]
             preloaded = _read_all_postings(conn, self.table.name)
+            preloaded.ids = _positions(known, preloaded.ids).astype(np.int32)
             with self._lock:
                 # Install over the state it was read from, or one that only gained rows
                 # since (queries appended them; the next query adds them to ``recent``).
@@ -347,6 +362,18 @@ class KeywordIndex:
         """Rows whose lengths are loaded (0 until the first query or ``prime``)."""
         return self._rows if self._loaded else 0
 
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the arrays the index holds: the rows' ids and lengths, the preloaded
+        postings and the cached terms' postings. It follows the rows of the store, whatever
+        their ids."""
+        with self._lock:
+            held = int(self._ids.nbytes + self._lengths.nbytes)
+            if self._preloaded is not None:
+                held += int(self._preloaded.ids.nbytes + self._preloaded.freqs.nbytes)
+                held += 16 * self._preloaded.recent_count
+            return held + sum(p.nbytes for p in self._postings.values())
+
     # -- keeping in sync ----------------------------------------------------------------------
 
     def _read_state(self, conn: Tx) -> PostingsState:
@@ -384,16 +411,19 @@ class KeywordIndex:
         docs = self._tokenizer_for(conn).documents(new)
         if total != self._total_tokens + sum(length for _, _, length in docs):
             return False
-        self._grow(int(new[-1][0]))
+        self._grow(self._size + len(docs))
         for doc_id, counts, length in docs:
-            self._lengths[doc_id] = length
+            row = self._size
+            self._ids[row] = doc_id
+            self._lengths[row] = length
+            self._size += 1
             for token, freq in counts.items():
                 postings = self._postings.get(token)
                 if postings is not None:
-                    postings.pending.append((doc_id, freq))
+                    postings.pending.append((row, freq))
                     self._cached_entries += 1
                 if self._preloaded is not None:
-                    self._preloaded.recent.setdefault(token, []).append((doc_id, freq))
+                    self._preloaded.recent.setdefault(token, []).append((row, freq))
                     self._preloaded.recent_count += 1
         if self._preloaded is not None and self._preloaded.recent_count > PRELOAD_MAX_RECENT:
             # Kept as Python tuples, appended postings cost ~8× the flat arrays: drop the
@@ -407,12 +437,17 @@ class KeywordIndex:
         """Add to ``recent`` the rows appended while the preload was being read."""
         assert preloaded.catch_up is not None
         after, up_to = preloaded.catch_up
-        new = conn.postings.docs_after(self.table.name, after, up_to - after)
-        for doc_id, counts, _length in self._tokenizer_for(conn).documents(
-            [(i, t) for i, t in new if i <= up_to]
+        new = [
+            (i, t)
+            for i, t in conn.postings.docs_after(self.table.name, after, self._size)
+            if i <= up_to
+        ]
+        rows = _positions(self._ids[: self._size], np.array([i for i, _ in new], dtype=np.int64))
+        for row, (_doc_id, counts, _length) in zip(
+            rows.tolist(), self._tokenizer_for(conn).documents(new), strict=True
         ):
             for token, freq in counts.items():
-                preloaded.recent.setdefault(token, []).append((doc_id, freq))
+                preloaded.recent.setdefault(token, []).append((row, freq))
                 preloaded.recent_count += 1
         preloaded.catch_up = None
 
@@ -425,16 +460,19 @@ class KeywordIndex:
         """Every row's length in tokens; returns the count."""
         ids, lengths = conn.postings.doc_lengths(self.table.name)
         self._max_id = int(ids[-1]) if ids.size else 0
-        self._lengths = np.zeros(self._max_id + 1, dtype=np.uint32)
-        if ids.size:
-            self._lengths[ids] = lengths
-        return int(ids.size)
+        self._ids = np.asarray(ids, dtype=np.int64).copy()
+        self._lengths = np.asarray(lengths, dtype=np.uint32).copy()
+        self._size = int(ids.size)
+        return self._size
 
-    def _grow(self, max_id: int) -> None:
-        if max_id >= len(self._lengths):
-            grown = np.zeros(max(max_id + 1, 2 * len(self._lengths)), dtype=np.uint32)
-            grown[: len(self._lengths)] = self._lengths
-            self._lengths = grown
+    def _grow(self, rows: int) -> None:
+        """Room for ``rows`` rows in the id and length arrays."""
+        if rows > len(self._ids):
+            capacity = max(rows, 2 * len(self._ids))
+            for name, dtype in (("_ids", np.int64), ("_lengths", np.uint32)):
+                grown = np.zeros(capacity, dtype=dtype)
+                grown[: self._size] = getattr(self, name)[: self._size]
+                setattr(self, name, grown)
 
     # -- terms and postings -------------------------------------------------------------------
 
@@ -461,7 +499,8 @@ class KeywordIndex:
                 size = conn.postings.term_size(self.table.name, token)
                 if size is not None and _costly_to_read(*size):
                     raise _LeaveToFts5(token)
-                postings = _Postings(*conn.postings.term_postings(self.table.name, token))
+                ids, freqs = conn.postings.term_postings(self.table.name, token)
+                postings = _Postings(_positions(self._ids[: self._size], ids), freqs)
             found[token] = postings
             if postings.size <= cap:
                 self._postings[token] = postings
@@ -485,26 +524,27 @@ class KeywordIndex:
             return []
         n_rows = float(self._rows)
         avgdl = self._total_tokens / n_rows
-        id_parts: list[np.ndarray] = []
+        row_parts: list[np.ndarray] = []
         score_parts: list[np.ndarray] = []
         all_postings = self._postings_for(conn, tokens)
         for token in tokens:  # one FTS5 phrase per term, so a repeated stem counts twice
             postings = all_postings[token]
-            df = len(postings.ids)
+            df = len(postings.rows)
             if df == 0:
                 continue
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
             if idf <= 0.0:
                 idf = 1e-6
             f = postings.freqs
-            dl = self._lengths[postings.ids]
-            id_parts.append(postings.ids)
+            dl = self._lengths[postings.rows]
+            row_parts.append(postings.rows)
             score_parts.append(idf * (f * (K1 + 1.0)) / (f + K1 * (1.0 - B + B * dl / avgdl)))
-        if not id_parts:
+        if not row_parts:
             return []
-        ids, scores = _sum_by_id(
-            np.concatenate(id_parts), np.concatenate(score_parts), len(self._lengths)
+        rows, scores = _sum_by_row(
+            np.concatenate(row_parts), np.concatenate(score_parts), self._size
         )
+        ids = self._ids[rows]
         if only is not None:
             keep = np.isin(ids, np.fromiter(only, dtype=np.int64, count=len(only)))
             ids, scores = ids[keep], scores[keep]
@@ -514,18 +554,30 @@ class KeywordIndex:
         return _best(ids, scores, limit)
 
 
-def _sum_by_id(ids: np.ndarray, scores: np.ndarray, id_bound: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unique ids (ascending) and the sum of their scores.
+def _sum_by_row(
+    rows: np.ndarray, scores: np.ndarray, row_count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Unique row positions (ascending) and the sum of their scores.
 
-    Adding into one slot per row id is linear; sorting the ids (np.unique) is cheaper
-    only when the postings are few next to the id range (rare terms, a very large store).
+    Adding into one slot per row is linear; sorting the positions (np.unique) is cheaper
+    only when the postings are few next to the rows (rare terms, a very large store).
     """
-    if id_bound <= 8 * len(ids) + 65_536:
-        totals = np.bincount(ids, weights=scores, minlength=id_bound)
+    if row_count <= 8 * len(rows) + 65_536:
+        totals = np.bincount(rows, weights=scores, minlength=row_count)
         unique = np.flatnonzero(totals)
         return unique, totals[unique]
-    unique, inverse = np.unique(ids, return_inverse=True)
+    unique, inverse = np.unique(rows, return_inverse=True)
     return unique, np.bincount(inverse, weights=scores, minlength=len(unique))
+
+
+def _positions(known: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The positions in ``known`` (ascending ids) of ``ids``; ValueError when one is not
+    there (postings of a row whose length the index has not loaded)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    rows = np.searchsorted(known, ids)
+    if ids.size and (int(rows.max()) >= len(known) or not np.array_equal(known[rows], ids)):
+        raise ValueError("postings of a row the keyword index does not hold")
+    return rows
 
 
 def _best(ids: np.ndarray, scores: np.ndarray, limit: int) -> list[tuple[int, float]]:

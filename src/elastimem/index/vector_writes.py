@@ -64,18 +64,24 @@ def write_vectors(
     seq = conn.meta.get_int("vectors.seq")
     replaced = False
     written = 0
+    # Read and written a batch at a time (one statement each on PostgreSQL, not two per
+    # chunk); a chunk listed twice keeps its last vector, as writing them in turn would.
+    found = conn.vectors.targets(chunk_ids)
+    batch: dict[int, tuple[int, np.ndarray, int]] = {}
     for index, (chunk_id, vector) in enumerate(zip(chunk_ids, matrix)):
-        row = conn.vectors.target(chunk_id)
+        row = found.get(int(chunk_id))
         if row is None:
             continue  # erased meanwhile
         if texts is not None and row[1] != texts[index]:
             # Erased meanwhile, and its id taken by a new chunk (SQLite reuses the highest
             # ids): this vector is the erased text's. The new chunk gets its own job.
             continue
-        replaced = replaced or bool(row[0])
+        replaced = replaced or bool(row[0]) or int(chunk_id) in batch
         seq += 1
-        conn.vectors.store(chunk_id, vector, label, seq)
+        batch.pop(int(chunk_id), None)
+        batch[int(chunk_id)] = (int(chunk_id), vector, seq)
         written += 1
+    conn.vectors.store_many(label, list(batch.values()))
     if written:
         conn.meta.set("vectors.seq", seq)
     if conn.meta.get(f"embedder.{label}.dim") != str(dim):

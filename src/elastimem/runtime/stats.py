@@ -1,10 +1,14 @@
-"""``stats()``: counts and sizes of one store, with its embedder, worker and LLM state."""
+"""``stats()``: counts and sizes of one store, with its embedder, worker and LLM state; and
+the whole-store checks the command line makes (``has_vectors``, ``holds_memories_outside``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from ..arguments import int_arg, optional_text
 from ..enums import Tier
+from ..storage import Database
 from .services import BUILTIN_LABEL_PREFIX, Services, active_dim
 
 
@@ -53,3 +57,18 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
             "llm_calls": dict(services.gate.calls),
         }
     return result
+
+
+def has_vectors(db: Database, model_prefix: object) -> bool:
+    """Whether a chunk has a vector whose model label starts with ``model_prefix`` (a str)."""
+    prefix = optional_text(model_prefix, "model_prefix") or ""
+    with db.read() as tx:
+        return tx.vectors.has_vectors_labelled(prefix)
+
+
+def holds_memories_outside(db: Database, session_ids: Iterable[object]) -> bool:
+    """Whether a lesson, or a fact version learned outside ``session_ids`` (or in none), is
+    stored: the demo refuses a store that holds more than its own sessions."""
+    ids = [int_arg(i, "session_ids") for i in session_ids]
+    with db.read() as tx:
+        return tx.admin.has_memories_outside(ids)

@@ -2,11 +2,13 @@
 
 Layout, one idea per module; each imports only the ones above it in this list and, from the
 rest of elastimem, ``aio`` (the stores), ``users``, ``errors``, ``clock``, ``text`` (fact
-keys as stored) and ``mcp_server`` (the tools). Nothing outside this package imports it,
+keys as stored), ``mcp_server`` (the tools) and ``storage`` (which backend an address names,
+and the start check of a PostgreSQL server). Nothing outside this package imports it,
 except ``cli`` for the command:
 
 - ``keys``: the bearer tokens of ``KEYS.json``, mapped to user ids, compared in constant time.
-- ``pool``: open stores per user, an LRU with a bound; a store in use is never closed.
+- ``pool``: open stores per user, an LRU with a bound; a store in use is never closed; the
+  TARGET (a folder, or a PostgreSQL address) checked at start.
 - ``rest``: the ``/v1`` endpoints, their argument checks and the OpenAPI document (built from
   the same table, so it cannot drift from the routes).
 - ``mcp_http``: the ``serve-mcp`` tools over streamable HTTP at ``/mcp``, each call on the

@@ -56,7 +56,10 @@ def serve_command(
               llm_key: str | None, no_embedder: bool) -> None:  # fmt: skip
         """Serve per-user memory over HTTP: REST under /v1 and MCP at /mcp.
 
-        --db names a folder; each user's store is <folder>/<user_id>.db. Every request needs
+        --db names a folder, where each user's store is <folder>/<user_id>.db, or a
+        postgresql:// address, where every user's store lives in one schema (created at start
+        when missing; the role needs the privileges to create it, or an owner creates it
+        once). Every request needs
         "Authorization: Bearer <token>" with a token of the keys file, and reaches only that
         token's user. Needs the extra: pip install 'elastimem[server,mcp]'.
 
@@ -64,6 +67,7 @@ def serve_command(
         Example:
           echo '{"'$(openssl rand -hex 24)'": "alice"}' > keys.json && chmod 600 keys.json
           elastimem --db ~/memory-users serve --keys keys.json --port 8765
+          elastimem --db postgresql://app@db.internal/memory serve --keys keys.json
         """
         try:
             import starlette  # noqa: F401
@@ -72,7 +76,7 @@ def serve_command(
             raise click.ClickException(MISSING_EXTRA) from exc
         from .app import ServiceOptions, build_app
         from .keys import KeyRing
-        from .pool import check_target
+        from .pool import prepare_target
 
         target = (
             state.db
@@ -86,8 +90,9 @@ def serve_command(
         if state.tier:
             store_options["tier_override"] = state.tier
         try:
-            folder = os.path.abspath(check_target(target))  # "~" expanded, as the stores see it
             keys = KeyRing(keys_path)
+            # "~" expanded, as the stores see it; a server is reached now, its password hidden.
+            stores = prepare_target(target)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         _configure_logging(state.verbose)
@@ -109,7 +114,7 @@ def serve_command(
         bound = sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         click.echo(
-            f"elastimem: serving {len(keys)} key(s), stores under {folder}, "
+            f"elastimem: serving {len(keys)} key(s), stores {stores}, "
             f"on http://{shown}:{bound} (REST /v1, MCP /mcp, docs /openapi.json)",
             err=True,
         )

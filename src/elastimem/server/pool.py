@@ -7,9 +7,11 @@ runs over its bound until leases end. A user whose store is closing waits for th
 before it is opened again. ``close_all()`` (shutdown) waits for the leases, then closes
 everything.
 
-``open_store`` is the one place that turns the service's TARGET and a user id into a store:
-a folder holds one SQLite file per user (``open_user``); a PostgreSQL address will plug in
-here.
+``open_store`` is the one place that turns the service's TARGET and a user id into a store
+(``open_user``): a folder holds one SQLite file per user; on a PostgreSQL server every user's
+rows share one schema, each store confined to its user. ``prepare_target`` checks the TARGET
+once at start, so an unreachable server or a schema the role cannot create is one error
+before serving, not a 503 on every user's first request.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from .. import aio
 from ..errors import ConfigError
+from ..storage.addresses import is_postgres_url
 
 logger = logging.getLogger("elastimem")
 
@@ -32,10 +35,13 @@ DEFAULT_MAX_OPEN = 64
 
 
 def check_target(target: str) -> str:
-    """The TARGET as given when this version can serve it, else ``ConfigError``."""
+    """The TARGET when this version can serve it (a folder with ``~`` expanded, or a
+    PostgreSQL address as given), else ``ConfigError``. Touches no server."""
     aio.check_target(target)
     if not target or "\x00" in target:
         raise ConfigError("--db is empty; pass the folder that holds the users' stores")
+    if is_postgres_url(target):
+        return target
     path = os.path.expanduser(target)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(
@@ -44,8 +50,22 @@ def check_target(target: str) -> str:
     return path
 
 
+def prepare_target(target: str) -> str:
+    """Check TARGET before serving and say where the stores are, for the start line: "under
+    <absolute folder>", or "on <address without its password>" once the PostgreSQL server has
+    answered and holds the current schema (created if missing). ``ConfigError`` or
+    ``StoreError`` otherwise, in one sentence that never shows the password."""
+    checked = check_target(target)
+    if is_postgres_url(checked):
+        from ..storage.postgres.database import prepare_server  # psycopg only when asked for
+
+        return f"on {prepare_server(checked)}"
+    return f"under {os.path.abspath(checked)}"
+
+
 async def open_store(target: str, user_id: str, **kw: Any) -> aio.AsyncElastimem:
-    """The store of ``user_id`` under TARGET (a folder of per-user SQLite files)."""
+    """The store of ``user_id`` under TARGET (a folder of per-user SQLite files, or a
+    PostgreSQL address)."""
     return await aio.open_user(check_target(target), user_id, **kw)
 
 

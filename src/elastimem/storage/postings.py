@@ -82,7 +82,8 @@ class PostingRows(Protocol):
         self, corpus: str, block: int
     ) -> Iterator[tuple[Sequence[str], np.ndarray, np.ndarray]]:
         """Every posting, in ``(terms, ids, frequencies)`` blocks of up to ``block`` rows
-        (int32 arrays), ordered by term then id, so one term's postings are one run."""
+        (int64 ids, int32 frequencies), ordered by term then id, so one term's postings are
+        one run."""
         ...
 
     def tokenizer(self) -> Tokenizer:

@@ -96,6 +96,14 @@ class VectorRows(Protocol):
         ``embed_seq``."""
         ...
 
+    def targets(self, chunk_ids: Sequence[int]) -> dict[int, tuple[bool, str]]:
+        """``target`` of many chunks at once: those that exist, by id."""
+        ...
+
+    def store_many(self, label: str, rows: Sequence[tuple[int, np.ndarray, int]]) -> None:
+        """``store`` of many ``(chunk id, vector, embed_seq)`` at once (distinct ids)."""
+        ...
+
     def snapshot(self, label: str, dim: int) -> tuple[int, int, bytes] | None:
         """The stored HNSW graph of ``(label, dim)`` as ``(seq, gen, data)``, or None."""
         ...

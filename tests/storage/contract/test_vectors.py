@@ -53,6 +53,35 @@ def test_counters_start_at_zero_and_follow_meta(backend_database: Any) -> None:
         assert tx.vectors.counters() == (1, 12)
 
 
+def test_targets_and_store_many_act_as_target_and_store_in_one_go(
+    backend_database: Any, chunks: list[int]
+) -> None:
+    """The batch forms the vector writer uses (one statement each on PostgreSQL)."""
+    vectors = unit_rows(len(chunks), seed_=3)
+    missing = max(chunks) + 100
+    with backend_database.read() as tx:
+        assert tx.vectors.targets([*chunks[:2], missing]) == {
+            chunks[0]: (False, "a0"),
+            chunks[1]: (False, "a1"),
+        }
+        assert tx.vectors.targets([]) == {}
+    with backend_database.atomic() as tx:
+        tx.vectors.store_many("m", [(cid, vectors[n], 10 + n) for n, cid in enumerate(chunks[:3])])
+        tx.vectors.store_many("m", [])
+    with backend_database.read() as tx:
+        assert tx.vectors.targets(chunks) == {
+            **{cid: (True, text) for cid, text in zip(chunks[:3], ["a0", "a1", "a2"])},
+            chunks[3]: (False, "b0"),
+            chunks[4]: (False, "b1"),
+        }
+        assert tx.vectors.count("m", DIM, after_seq=10) == 2
+        ids, matrix = tx.vectors.read("m", DIM, chunks)
+    assert sorted(ids.tolist()) == sorted(chunks[:3])
+    by_id = dict(zip(ids.tolist(), matrix))
+    for n, cid in enumerate(chunks[:3]):
+        assert np.array_equal(by_id[cid], vectors[n])
+
+
 def test_store_then_target_count_and_read(backend_database: Any, chunks: list[int]) -> None:
     vectors = unit_rows(len(chunks))
     with backend_database.read() as tx:

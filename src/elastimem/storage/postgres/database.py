@@ -504,6 +504,7 @@ def _ensure_user(db: PostgresDatabase, version: int, *, create: bool) -> None:
         tx.meta.set("created_at", now_ts())
         tx.meta.set("created_by", __version__)
         tx.meta.set("user_id", db.user_id)
+        tx.graph.ensure_self_node()  # as an SQLite store's schema creates it
         tx.meta.log_event("created", schema_version=version)
 
 
@@ -521,3 +522,25 @@ def _warn_if_rls_bypassed(conn: psycopg.Connection[Any], where: str) -> None:
             "confine it to one user's rows; connect as an ordinary role in production",
             where,
         )
+
+
+def prepare_server(conninfo: str) -> str:
+    """Check that the server at ``conninfo`` answers and holds the current schema, creating
+    or upgrading it as the first ``open_database`` would; return the address without its
+    password. For a service that opens users' stores later: it fails at start, with
+    ``StoreError`` (or ``SchemaTooNewError``) saying why and never showing the password,
+    instead of on each user's first request. No user's store is created."""
+    psycopg = _psycopg()
+    where = redact(conninfo)
+    secret = _password(conninfo)
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+    except psycopg.Error as exc:
+        raise translate_error(exc, where, "connect to", secret) from exc
+    try:
+        with conn:
+            migrations.ensure_schema(conn, where)
+            _warn_if_rls_bypassed(conn, where)
+    except psycopg.Error as exc:
+        raise translate_error(exc, where, "create the schema on", secret) from exc
+    return where

@@ -10,7 +10,6 @@ from ...clock import now_ts
 from ..meta import MetaRows
 from ..sqlite.meta import EVENTS_KEPT
 
-
 SCHEMA_VERSION_KEY = "schema_version"
 
 

@@ -116,7 +116,7 @@ class PostgresPostingRows:
             if not rows:
                 return
             terms, docs, counts = zip(*rows)
-            yield terms, np.array(docs, dtype=np.int32), np.array(counts, dtype=np.int32)
+            yield terms, np.array(docs, dtype=np.int64), np.array(counts, dtype=np.int32)
             if len(rows) < block:
                 return
             last = (str(rows[-1][0]), int(rows[-1][1]))
@@ -159,9 +159,8 @@ class PostgresPostingRows:
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
         where, params = _chunk_filter(exclude_session, since, until)
-        state = self.state("chunks")
         return self._bm25("chunks").top(
-            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+            terms, limit, totals_key=TERM_TOTALS_KEYS["chunks"], where=where, params=params
         )
 
     def chunk_term_counts(
@@ -190,9 +189,8 @@ class PostgresPostingRows:
         until: str | None = None,
     ) -> list[tuple[int, float]] | None:
         where, params = _fact_filter(live_only, since, until)
-        state = self.state("facts")
         return self._bm25("facts").top(
-            terms, limit, rows=state.rows, tokens=state.tokens, where=where, params=params
+            terms, limit, totals_key=TERM_TOTALS_KEYS["facts"], where=where, params=params
         )
 
     def fact_term_counts(

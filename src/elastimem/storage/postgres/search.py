@@ -7,7 +7,8 @@ each query term is one phrase (the tokens FTS5's tokenizer makes of it, ``terms`
 phrase ``idf · (f·(k1+1)) / (f + k1·(1 − b + b·D/avgdl))`` with k1 1.2, b 0.75,
 ``idf = ln((N − n + 0.5)/(n + 0.5))`` (1e-6 where that is ≤ 0), n the documents holding the
 phrase anywhere in the user's corpus, f its occurrences in the document, D the document's
-tokens and N, avgdl from the trigger-kept totals (``postings.state``). The phrases' terms
+tokens and N, avgdl from the trigger-kept totals (``postings.state``, read by the ranking
+statement itself: one round trip). The phrases' terms
 are summed in phrase order, the arithmetic is float8 in FTS5's own association, so scores
 equal SQLite's to the last bit where the server's ``ln`` is the C library's. A one-token
 phrase is read from the postings on the server (``*_terms``, one index range per term); a
@@ -73,15 +74,14 @@ class Bm25:
         terms: list[str],
         limit: int,
         *,
-        rows: int,
-        tokens: int,
+        totals_key: str,
         where: str,
         params: dict[str, object],
     ) -> list[tuple[int, float]]:
         """``(id, score)`` best first (ties: higher id first) of the documents passing
-        ``where`` (SQL over the corpus's row ``r``, with ``params``); ``rows`` and
-        ``tokens`` are the corpus's totals."""
-        if rows <= 0 or limit == 0:
+        ``where`` (SQL over the corpus's row ``r``, with ``params``); ``totals_key`` is the
+        ``meta`` key of the corpus's totals ("<rows> <tokens> <stamp>")."""
+        if limit == 0:
             return []
         single_terms: list[str] = []
         single_phrases: list[int] = []
@@ -100,7 +100,10 @@ class Bm25:
         if not single_terms and not hit_ids:
             return []
         found = self._conn.execute(
-            "WITH q(term, phrase) AS (SELECT * FROM unnest(%(terms)s::text[], "
+            "WITH tot(n, avgdl) AS (SELECT n, split_part(value, ' ', 2)::float8 / n FROM "
+            "(SELECT value, split_part(value, ' ', 1)::float8 AS n FROM meta "
+            "WHERE user_id = %(user)s AND key = %(totals_key)s) m WHERE n > 0), "
+            "q(term, phrase) AS (SELECT * FROM unnest(%(terms)s::text[], "
             "%(phrases)s::int[])), "
             "hits(phrase, id, tf) AS ("
             f"SELECT q.phrase, p.{self._column}, p.tf FROM q JOIN {self._postings} p "
@@ -108,12 +111,12 @@ class Bm25:
             "UNION ALL SELECT * FROM unnest(%(hit_phrases)s::int[], %(hit_ids)s::bigint[], "
             "%(hit_freqs)s::int[])), "
             "idf(phrase, w) AS (SELECT phrase, CASE WHEN x <= 0 THEN 1e-6::float8 ELSE x END "
-            "FROM (SELECT phrase, ln((%(n)s::float8 - count(*)::float8 + 0.5::float8) "
-            "/ (count(*)::float8 + 0.5::float8)) AS x FROM hits GROUP BY phrase) d) "
+            "FROM (SELECT phrase, ln((tot.n - count(*)::float8 + 0.5::float8) "
+            "/ (count(*)::float8 + 0.5::float8)) AS x FROM hits, tot GROUP BY phrase, tot.n) d) "
             "SELECT r.id, sum(idf.w * ((h.tf::float8 * %(k1_plus)s::float8) / (h.tf::float8 "
             "+ %(k1)s::float8 * (1.0::float8 - %(b)s::float8 + %(b)s::float8 "
-            "* r.term_count::float8 / %(avgdl)s::float8))) ORDER BY h.phrase) AS s "
-            f"FROM hits h JOIN idf ON idf.phrase = h.phrase JOIN {self._table} r "
+            "* r.term_count::float8 / tot.avgdl))) ORDER BY h.phrase) AS s "
+            f"FROM tot, hits h JOIN idf ON idf.phrase = h.phrase JOIN {self._table} r "
             f"ON r.user_id = %(user)s AND r.id = h.id WHERE r.term_count IS NOT NULL{where} "
             "GROUP BY r.id ORDER BY s DESC, r.id DESC LIMIT %(limit)s",
             {
@@ -124,11 +127,10 @@ class Bm25:
                 "hit_phrases": hit_phrases,
                 "hit_ids": hit_ids,
                 "hit_freqs": hit_freqs,
-                "n": float(rows),
+                "totals_key": totals_key,
                 "k1_plus": K1 + 1.0,
                 "k1": K1,
                 "b": B,
-                "avgdl": float(tokens) / float(rows),
                 "limit": _limit(limit),
             },
         ).fetchall()

@@ -220,22 +220,40 @@ class PostgresTranscriptRows:
         created_at: str,
     ) -> list[int]:
         terms = terms_of(list(texts))
-        ids: list[int] = []
-        for text, (_found, length) in zip(texts, terms, strict=True):
-            row = self._conn.execute(
-                "INSERT INTO chunks (user_id, session_id, first_msg_id, last_msg_id, text, "
-                "created_at, term_count) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (self._user, session_id, first_msg_id, last_msg_id, text, created_at, length),
-            ).fetchone()
-            ids.append(int(row[0]))
-        words, rows, freqs = posting_rows(ids, terms)
-        if words:
-            self._conn.execute(
-                "INSERT INTO chunk_terms (user_id, term, chunk_id, tf) "
-                "SELECT %s, * FROM unnest(%s::text[], %s::bigint[], %s::integer[])",
-                (self._user, words, rows, freqs),
-            )
-        return ids
+        if not terms:
+            return []
+        # One statement whatever the number of chunks: ids drawn from the table's sequence
+        # (ascending, in the texts' order, as SQLite hands them out), the rows and their
+        # postings inserted together (the postings' foreign key is checked at its end).
+        words, ordinals, freqs = posting_rows(range(1, len(terms) + 1), terms)
+        rows = self._conn.execute(
+            "WITH drawn AS (SELECT nextval(pg_get_serial_sequence('chunks', 'id')) AS id "
+            "FROM generate_series(1, %(n)s)), "
+            "ids AS (SELECT row_number() OVER (ORDER BY id) AS ord, id FROM drawn), "
+            "made AS (INSERT INTO chunks (user_id, id, session_id, first_msg_id, last_msg_id, "
+            "text, created_at, term_count) SELECT %(user)s, ids.id, %(session)s, %(first)s, "
+            "%(last)s, d.text, %(at)s, d.n FROM unnest(%(texts)s::text[], %(lengths)s::integer[]) "
+            "WITH ORDINALITY AS d(text, n, ord) JOIN ids USING (ord)), "
+            "posted AS (INSERT INTO chunk_terms (user_id, term, chunk_id, tf) "
+            "SELECT %(user)s, p.term, ids.id, p.tf FROM unnest(%(words)s::text[], "
+            "%(ordinals)s::bigint[], %(freqs)s::integer[]) AS p(term, ord, tf) "
+            "JOIN ids USING (ord)) "
+            "SELECT id FROM ids ORDER BY ord",
+            {
+                "n": len(terms),
+                "user": self._user,
+                "session": session_id,
+                "first": first_msg_id,
+                "last": last_msg_id,
+                "at": created_at,
+                "texts": list(texts),
+                "lengths": [length for _found, length in terms],
+                "words": words,
+                "ordinals": ordinals,
+                "freqs": freqs,
+            },
+        ).fetchall()
+        return [int(r[0]) for r in rows]
 
     def session_chunks(self, session_id: int) -> list[ChunkRow]:
         rows = self._conn.execute(

@@ -179,6 +179,34 @@ class PostgresVectorRows:
             (data.tobytes(), label, int(data.shape[0]), seq, self._user, chunk_id),
         )
 
+    def targets(self, chunk_ids: Sequence[int]) -> dict[int, tuple[bool, str]]:
+        rows = self._conn.execute(
+            "SELECT id, embedding IS NOT NULL, text FROM chunks WHERE user_id = %s "
+            "AND id = ANY(%s::bigint[])",
+            (self._user, [int(i) for i in chunk_ids]),
+        ).fetchall()
+        return {int(cid): (bool(has), str(text)) for cid, has, text in rows}
+
+    def store_many(self, label: str, rows: Sequence[tuple[int, np.ndarray, int]]) -> None:
+        """One statement for the whole batch."""
+        if not rows:
+            return
+        data = [np.asarray(v, dtype="<f4").reshape(-1) for _, v, _ in rows]
+        self._conn.execute(
+            "UPDATE chunks c SET embedding = v.embedding, embedding_model = %s, "
+            "embedding_dim = v.dim, embed_seq = v.seq FROM unnest(%s::bigint[], %s::bytea[], "
+            "%s::integer[], %s::bigint[]) AS v(id, embedding, dim, seq) "
+            "WHERE c.user_id = %s AND c.id = v.id",
+            (
+                label,
+                [int(cid) for cid, _, _ in rows],
+                [d.tobytes() for d in data],
+                [int(d.shape[0]) for d in data],
+                [int(seq) for _, _, seq in rows],
+                self._user,
+            ),
+        )
+
     def snapshot(self, label: str, dim: int) -> tuple[int, int, bytes] | None:
         row = self._conn.execute(
             "SELECT seq, gen, data FROM ann_index WHERE user_id = %s AND label = %s AND dim = %s",

@@ -148,7 +148,7 @@ class SqlitePostingRows:
                 if not rows:
                     return
                 terms, docs, counts = zip(*rows)
-                yield terms, np.array(docs, dtype=np.int32), np.array(counts, dtype=np.int32)
+                yield terms, np.array(docs, dtype=np.int64), np.array(counts, dtype=np.int32)
         except sqlite3.Error as exc:
             raise StoreError(f"could not read the keyword index's postings: {exc}") from exc
 

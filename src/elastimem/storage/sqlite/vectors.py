@@ -171,6 +171,30 @@ class SqliteVectorRows:
             (data.tobytes(), label, int(data.shape[0]), seq, chunk_id),
         )
 
+    def targets(self, chunk_ids: Sequence[int]) -> dict[int, tuple[bool, str]]:
+        found: dict[int, tuple[bool, str]] = {}
+        ids = [int(i) for i in chunk_ids]
+        for start in range(0, len(ids), IN_BATCH):
+            part = ids[start : start + IN_BATCH]
+            for cid, has, text in self._conn.execute(
+                "SELECT id, embedding IS NOT NULL, text FROM chunks "
+                f"WHERE id IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                found[int(cid)] = (bool(has), text)
+        return found
+
+    def store_many(self, label: str, rows: Sequence[tuple[int, np.ndarray, int]]) -> None:
+        data = [np.asarray(v, dtype="<f4").reshape(-1) for _, v, _ in rows]
+        self._conn.executemany(
+            "UPDATE chunks SET embedding = ?, embedding_model = ?, embedding_dim = ?, "
+            "embed_seq = ? WHERE id = ?",
+            [
+                (d.tobytes(), label, int(d.shape[0]), seq, cid)
+                for (cid, _, seq), d in zip(rows, data, strict=True)
+            ],
+        )
+
     def snapshot(self, label: str, dim: int) -> tuple[int, int, bytes] | None:
         row = self._conn.execute(
             "SELECT seq, gen, data FROM ann_index WHERE label = ? AND dim = ?", (label, dim)
