@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..clock import utcnow
 from ..governor import MemoryProfile
 from ..runtime.services import Services
 from ..text import query_terms
-from . import legs
+from . import legs, names, temporal
 from .rank import FactVectorLeg, Filters, Ranking, VectorLeg, rank
 from .warm import keyword_index
 
@@ -61,10 +62,23 @@ def rank_query(
     if not terms:
         return QueryRanking(None, signal)
     profile = profile if profile is not None else services.profile()
+    # The text the query vector is made of: without the time the question names (its
+    # span boosts by date instead; temporal.py) nor the names most chunks hold (names.py).
+    embedded = text
+    scope = temporal.parse(text, utcnow()) if "chunk" in kinds else None
+    if scope is not None and query_terms(scope.rest):
+        embedded = scope.rest
+    if "chunk" in kinds and names.name_words(text):
+        with services.db.read() as conn:
+            common = names.common_names(conn, text)
+        terms = names.without(terms, common)
+        embedded = names.strip(embedded, common)
     report: legs.VectorLegReport | None = None
     if vector_leg is UNSET:
         report = legs.VectorLegReport()
-        vector_leg = legs.vector_leg(services, text, profile, report) if "chunk" in kinds else None
+        vector_leg = (
+            legs.vector_leg(services, embedded, profile, report) if "chunk" in kinds else None
+        )
     if fact_leg is UNSET:
         fact_leg = legs.fact_vector_leg(services, text, profile) if "fact" in kinds else None
     config = services.config()
@@ -85,6 +99,7 @@ def rank_query(
             keyword_index=keyword_index(services, profile),
             fact_vector_leg=fact_leg,
             question=text,
+            scope=scope,
         )
     if report is not None:
         ranking.vector_leg = report.state
