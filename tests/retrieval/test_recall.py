@@ -204,6 +204,9 @@ def test_non_string_queries_are_coerced_not_raised(seeded: elastimem.Elastimem) 
     assert isinstance(seeded.recall(12345), list)  # type: ignore[arg-type]
 
 
+# Breaks the store by dropping its FTS5 table: on PostgreSQL the tables are shared by every
+# user of the session's database (a failing keyword leg on both: test_semantic_recall).
+@pytest.mark.sqlite_only
 def test_recall_survives_a_broken_store_connection(seeded: elastimem.Elastimem) -> None:
     with connect(seeded) as conn:
         conn.execute("DROP TRIGGER chunks_fts_ai")
@@ -231,7 +234,7 @@ def test_only_adjacent_exchanges_of_one_session_lift_each_other(
     mem.record_turn(texts["other"], "ok", at="2024-01-11")
     mem.end_session()
     ids = {
-        one(mem, "SELECT id FROM chunks WHERE instr(text, ?) > 0", (user,)): name
+        one(mem, "SELECT id FROM chunks WHERE text LIKE '%' || ? || '%'", (user,)): name
         for name, user in texts.items()
     }
     result = mem.explain("walrus mosaic", k=10)
