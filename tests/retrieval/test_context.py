@@ -14,9 +14,8 @@ import elastimem
 from elastimem import assembly
 from elastimem.assembly import fit_lines
 from elastimem.memory import semantic
-from elastimem.storage import Database, open_database
 from tests.conftest import ScriptedLLM
-from tests.rows import connect, execute, is_postgres, one, postgres_url
+from tests.rows import connect, execute, one, open_storage
 
 HEADINGS = [
     "WHAT YOU KNOW ABOUT THE USER",
@@ -89,7 +88,7 @@ def test_notes_without_relevance_follow_importance_then_recency(
     mem.remember("rule_note", "from a rule", source="rule")
     mem.remember("twin_a", "same day", at="2024-05-01")
     mem.remember("twin_b", "same day", at="2024-05-01")
-    database = _storage_beside(mem)  # the memory layer's own reader, beside the store
+    database = open_storage(mem)  # the memory layer's own reader, beside the store
     try:
         with database.read() as conn:
             rows = semantic.live_fact_rows(conn)  # in live order
@@ -109,14 +108,6 @@ def test_notes_without_relevance_follow_importance_then_recency(
     expected = [row[1] for row in sorted(rows, key=lambda row: -total(row))]  # stable
     assert shown == expected
     assert shown.index("twin_b") == shown.index("twin_a") - 1  # a tie: live order
-
-
-def _storage_beside(mem: elastimem.Elastimem) -> Database:
-    """A storage ``Database`` of the test's own on ``mem``'s store (its file, or its user on
-    the PostgreSQL test database)."""
-    if is_postgres(mem):
-        return open_database(postgres_url(), create=False, user_id=mem.user_id)
-    return open_database(mem.path, create=False)
 
 
 def _stamp(mem: elastimem.Elastimem) -> str | None:
