@@ -139,3 +139,22 @@ def execute(store: Any, sql: str, params: Sequence[Any] = ()) -> int:
     """Run one changing statement through the test's own connection; the rows it changed."""
     with connect(store) as conn:
         return conn.execute(sql, params).rowcount
+
+
+def open_storage(store: Any) -> Any:
+    """A storage ``Database`` of the test's own on ``store``'s store (an open or closed
+    store, or a path): its file, or its user on the test session's PostgreSQL database.
+    The caller closes it."""
+    from elastimem.storage import open_database
+
+    if _is_postgres(store):
+        return open_database(postgres_url(), create=False, user_id=store.user_id)
+    return open_database(_path_of(store), create=False)
+
+
+def open_args(store: Any) -> list[str]:
+    """What a child process passes to ``elastimem.open`` to open ``store`` again: its file,
+    or the PostgreSQL address (with its password) and the user."""
+    if _is_postgres(store):
+        return [postgres_url(), str(store.user_id)]
+    return [_path_of(store)]

@@ -491,6 +491,8 @@ def test_new_node_is_linked_to_recent_fts_matches(store: Store) -> None:
     assert len(mentions(store, "zephyr kite")) == 50
 
 
+# FTS off is an SQLite state (no FTS5 module); PostgreSQL's keyword index is part of its schema.
+@pytest.mark.sqlite_only
 def test_no_fts_backfill_while_fts_is_off(
     make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -786,8 +788,8 @@ def random_graph(mem: Store, rng: Any, nodes: int, edges: int) -> list[int]:
             source = me if rng.random() < 0.1 else rng.choice(ids)
             target = rng.choice([t for t in ids if t != source])
             conn.execute(
-                "INSERT OR IGNORE INTO graph_edges (source_node, target_node, relationship, "
-                "weight, created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO graph_edges (source_node, target_node, relationship, weight, "
+                "created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (source, target, f"r{i % 3}", rng.choice([0.2, 0.5, 0.8, 1.0]), now, now),
             )
         graph_names._bump_gen(conn)
@@ -1334,8 +1336,13 @@ def test_edge_decay_on_last_seen(store: Store) -> None:
         [rel("Ash", "near", "Elm", confidence=0.7), rel("Elm", "near", "Oak", confidence=0.7)],
     )
     with writing(store) as conn:
-        conn.execute("UPDATE graph_edges SET last_seen = ? WHERE id = 1", (ts_minus(70 * 86400),))
-        conn.execute("UPDATE graph_edges SET last_seen = ? WHERE id = 2", (ts_minus(60 * 86400),))
+        first, second = [r[0] for r in conn.execute("SELECT id FROM graph_edges ORDER BY id")]
+        conn.execute(
+            "UPDATE graph_edges SET last_seen = ? WHERE id = ?", (ts_minus(70 * 86400), first)
+        )
+        conn.execute(
+            "UPDATE graph_edges SET last_seen = ? WHERE id = ?", (ts_minus(60 * 86400), second)
+        )
         stats = graph_maint.apply_decay(conn, 30.0, 0.15)
     assert stats == {"graph_nodes_archived": 0, "graph_edges_archived": 1}
     assert [(r[0], r[2]) for r in edges(store)] == [("elm", "oak")]
@@ -1369,7 +1376,9 @@ def test_deterministic_dedupe(store: Store) -> None:
             (entity, nid(store, "sam")),
         )
         conn.execute(
-            "INSERT OR IGNORE INTO graph_mentions VALUES (?, ?, 'x')", (entity, rows[0][0])
+            "INSERT INTO graph_mentions (node_id, chunk_id, created_at) VALUES (?, ?, 'x') "
+            "ON CONFLICT DO NOTHING",
+            (entity, rows[0][0]),
         )
     stats = graph_maint.merge_duplicates(database(store))
     assert stats == {"graph_deduped": 1}

@@ -29,6 +29,7 @@ from elastimem.retrieval import rank as retrieval
 from elastimem.retrieval.rank import Filters
 from elastimem.storage.sqlite import database as sqlite_database
 from tests.graph.conftest import database, reading, writing
+from tests.rows import connect, is_postgres, open_args
 
 Store = elastimem.Elastimem
 CHUNKS = 24
@@ -77,12 +78,13 @@ def write_graph(mem: Store, data: dict[str, Any]) -> list[int]:
             source, target = ends[a % len(ends)], ends[b % len(ends)]
             if source != target:
                 conn.execute(
-                    "INSERT OR IGNORE INTO graph_edges (source_node, target_node, relationship, "
-                    "weight, created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO graph_edges (source_node, target_node, relationship, weight, "
+                    "created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     (source, target, f"r{relation}", weight, now, now),
                 )
         conn.executemany(
-            "INSERT OR IGNORE INTO graph_mentions VALUES (?, ?, ?)",
+            "INSERT INTO graph_mentions (node_id, chunk_id, created_at) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
             [(ids[n % len(ids)], chunks[c % len(chunks)], now) for n, c in data["mentions"]],
         )
         graph_names._bump_gen(conn)
@@ -239,25 +241,36 @@ def test_a_write_by_another_process_is_seen_at_once(store: Store) -> None:
     assert set(found.reached) == {tuffy}
     last = chunk_ids(store)[-1]
     code = f"""
-import sqlite3
-conn = sqlite3.connect({str(database(store).path)!r}, isolation_level=None)
-conn.execute("PRAGMA foreign_keys = ON")
-conn.execute("INSERT INTO graph_edges (source_node, target_node, relationship, weight, "
-             "created_at, last_seen) VALUES ({tuffy}, {jetson}, 'runs', 1.0, 'x', 'x')")
-conn.execute("INSERT INTO graph_mentions VALUES ({jetson}, {last}, 'x')")
-conn.close()
+import sys
+writes = [
+    "INSERT INTO graph_edges (source_node, target_node, relationship, weight, created_at, "
+    "last_seen) VALUES ({tuffy}, {jetson}, 'runs', 1.0, 'x', 'x')",
+    "INSERT INTO graph_mentions (node_id, chunk_id, created_at) VALUES ({jetson}, {last}, 'x')",
+]
+if len(sys.argv) > 2:  # a user's store on PostgreSQL: address, user
+    import psycopg
+    with psycopg.connect(sys.argv[1]) as conn:
+        conn.execute("SELECT set_config('elastimem.user_id', %s, true)", (sys.argv[2],))
+        for sql in writes:
+            conn.execute(sql)
+else:
+    import sqlite3
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("PRAGMA foreign_keys = ON")
+    for sql in writes:
+        conn.execute(sql)
+    conn.close()
 """
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code, *open_args(store)], check=True)
     found = tuffy_signal(store)
     assert set(found.reached) == {tuffy, jetson}
     with reading(store) as conn:
         assert found.chunk_scores(conn, [last])[last][1] == ("jetson",)
         assert last in dict(found.extra_chunks(conn, Filters(), 30))
     # A confidence change by another connection, and a deleted mention.
-    conn = sqlite3.connect(database(store).path, isolation_level=None)
-    conn.execute("UPDATE graph_nodes SET confidence = 0.5 WHERE id = ?", (tuffy,))
-    conn.execute("DELETE FROM graph_mentions WHERE node_id = ?", (jetson,))
-    conn.close()
+    with connect(store) as other:
+        other.execute("UPDATE graph_nodes SET confidence = 0.5 WHERE id = ?", (tuffy,))
+        other.execute("DELETE FROM graph_mentions WHERE node_id = ?", (jetson,))
     found = tuffy_signal(store)
     assert found.reached[tuffy].strength == 0.5
     with reading(store) as conn:
@@ -311,12 +324,55 @@ def test_a_failing_graph_read_ranks_without_the_graph(
     assert "graph expansion failed; ranking without it" in caplog.text
 
 
+def test_a_graph_read_failing_in_the_database_ranks_without_the_graph(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A statement the database rejects aborts a PostgreSQL transaction: the graph read,
+    done inside recall's snapshot, must not take the keyword legs after it down too."""
+    write_graph(store, {"confidence": [0.9, 0.8], "edges": [(1, 2, 0, 1.0)], "mentions": []})
+
+    def broken(*args: object, conn: Any = None, **kwargs: object) -> None:
+        assert conn is not None  # read inside the ranking's snapshot
+        conn.conn.execute("SELECT no_such_column FROM graph_nodes")
+
+    monkeypatch.setattr(graph, "build_signal", broken)
+    with caplog.at_level(logging.WARNING, logger="elastimem"):
+        hits = store.recall("note about Tuffy")
+        plan = store.build_context("what do you remember about Tuffy and the weather?")
+    assert hits and "Tuffy" in hits[0].text
+    assert "graph expansion failed; ranking without it" in caplog.text
+    assert "recall failed" not in caplog.text
+    assert plan.sections["user_facts"]  # read in the snapshot the graph read failed in
+
+
+class _Recorded:
+    """A psycopg connection that notes each statement it is given, with its parameters
+    (psycopg has no trace callback, and the meta keys are parameters there)."""
+
+    def __init__(self, conn: Any, seen: list[str]) -> None:
+        self._conn, self._seen = conn, seen
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        self._seen.append(f"{query} {args!r}")
+        return self._conn.execute(query, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 def transactions(mem: Store, run: Callable[[], object]) -> list[list[str]]:
     """The statements ``run`` sends on this thread, by read transaction (each
-    ``Database.read`` of the SQLite backend, traced on its connection)."""
+    ``Database.read`` of the store's backend, traced on its connection)."""
     me = threading.get_ident()
     out: list[list[str]] = []
-    read = sqlite_database.Database.read
+    if is_postgres(mem):
+        from elastimem.storage.postgres import database as postgres_database
+        from elastimem.storage.postgres.tx import PostgresTx
+
+        kind: Any = postgres_database.PostgresDatabase
+    else:
+        kind = sqlite_database.Database
+    read = kind.read
 
     @contextmanager
     def traced_read(self: Any) -> Iterator[Any]:
@@ -325,6 +381,9 @@ def transactions(mem: Store, run: Callable[[], object]) -> list[list[str]]:
                 yield tx
                 return
             out.append([])
+            if is_postgres(mem):
+                yield PostgresTx(_Recorded(tx.conn, out[-1]), tx.user_id, writable=tx.writable)
+                return
             tx.conn.set_trace_callback(out[-1].append)
             try:
                 yield tx
@@ -332,7 +391,7 @@ def transactions(mem: Store, run: Callable[[], object]) -> list[list[str]]:
                 tx.conn.set_trace_callback(None)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sqlite_database.Database, "read", traced_read)
+        patch.setattr(kind, "read", traced_read)
         run()
     return out
 

@@ -12,6 +12,7 @@ the same ranking without the graph (``graph_hops`` 0).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 import elastimem
 from elastimem import graph
 from elastimem.text import STOPWORDS, word_tokens
-from tests.conftest import HashEmbedder, ScriptedLLM
+from tests.conftest import STORE_BACKENDS, HashEmbedder, ScriptedLLM
 from tests.graph.conftest import reading
 
 START = datetime(2025, 1, 6, 9, 0, tzinfo=timezone.utc)
@@ -321,7 +322,7 @@ def build_corpus(make_store: Callable[..., elastimem.Elastimem], **kw: Any) -> e
 def chunk_id(mem: elastimem.Elastimem, marker: str) -> int:
     with reading(mem) as conn:
         rows = conn.execute(
-            "SELECT id FROM chunks WHERE instr(text, ?) > 0", ("User: " + marker,)
+            "SELECT id FROM chunks WHERE text LIKE '%' || ? || '%'", ("User: " + marker,)
         ).fetchall()
     assert len(rows) == 1, marker
     return int(rows[0][0])
@@ -345,16 +346,20 @@ def recall_at_5(
     return {q: chunk_id(mem, marker) in top5(mem, q, hops) for q, marker in questions}
 
 
-@pytest.fixture(scope="module")
-def corpus_stores(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Any:
-    """The corpus once with keyword search only, once with a (hash) embedder too."""
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def corpus_stores(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    """The corpus once with keyword search only, once with a (hash) embedder too: in
+    files, or as two users of the test session's PostgreSQL database."""
     opened: list[elastimem.Elastimem] = []
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
 
     def factory(path: str | None = None, **kw: Any) -> elastimem.Elastimem:
         kw.setdefault("disable_builtin_embedder", True)
-        store = elastimem.Elastimem(str(path or tmp_path_factory.mktemp("corpus") / "m.db"), **kw)
+        if url is not None:
+            store = elastimem.Elastimem(url, user_id=f"corpus-{os.urandom(6).hex()}", **kw)
+        else:
+            where = str(path or tmp_path_factory.mktemp("corpus") / "m.db")
+            store = elastimem.Elastimem(where, **kw)
         opened.append(store)
         return store
 

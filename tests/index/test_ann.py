@@ -141,7 +141,9 @@ records = []
 handler = logging.Handler()
 handler.emit = records.append
 logging.getLogger("elastimem").addHandler(handler)
-with elastimem.open(sys.argv[1], embedder=HashEmbedder(), vector_backend="hnsw") as mem:
+user = sys.argv[2] if len(sys.argv) > 2 else None  # a PostgreSQL store's user
+options = {"user_id": user, "embedder": HashEmbedder(), "vector_backend": "hnsw"}
+with elastimem.open(sys.argv[1], **options) as mem:
     counts = [len(mem.recall("lighthouse keeper", 5)) for _ in range(3)]
     vector = mem.explain("lighthouse keeper").chunk_breakdowns[0].vector
     stats = mem.stats()
@@ -153,7 +155,7 @@ print(json.dumps({"counts": counts, "vector": vector, "stats": stats, "warnings"
 @needs_usearch
 @pytest.mark.slow
 def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
-    make_store: Callable[..., elastimem.Elastimem], store_path: Path
+    make_store: Callable[..., elastimem.Elastimem],
 ) -> None:
     embedder = HashEmbedder()
     mem = make_store(embedder=embedder, vector_backend="hnsw")
@@ -161,15 +163,15 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
         mem.record_turn(f"note {i} about the lighthouse keeper", "Noted.")
     assert mem.drain(10)
     mem.close()
-    database = db_module.open_store(store_path)
+    database = raw.open_storage(mem)
     try:
         assert index_for(database, vector_backend="hnsw").build_ann_now(LABEL, embedder.dim)
     finally:
         database.close()
-    built_at = raw.rows(store_path, "SELECT built_at FROM ann_index")
+    built_at = raw.rows(mem, "SELECT built_at FROM ann_index")
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-c", _REOPEN_WITHOUT_USEARCH, str(store_path)],
+        [sys.executable, "-c", _REOPEN_WITHOUT_USEARCH, *raw.open_args(mem)],
         capture_output=True,
         text=True,
         cwd=root,
@@ -187,7 +189,7 @@ def test_a_process_without_the_vec_extra_reopens_an_hnsw_store(
     again = make_store(embedder=HashEmbedder(), vector_backend="hnsw")
     assert again.recall("lighthouse keeper", 5)
     assert again.stats()["vector_backend"] == "hnsw"
-    assert raw.rows(store_path, "SELECT built_at FROM ann_index") == built_at  # not rebuilt
+    assert raw.rows(again, "SELECT built_at FROM ann_index") == built_at  # not rebuilt
 
 
 @needs_usearch

@@ -460,7 +460,7 @@ def test_exact_scores_do_not_depend_on_row_position() -> None:
 
 
 def test_passage_text_carries_the_previous_exchange_of_the_session(
-    make_store: Callable[..., elastimem.Elastimem], embedder: HashEmbedder, store_path: Path
+    make_store: Callable[..., elastimem.Elastimem], embedder: HashEmbedder
 ) -> None:
     mem = make_store(embedder=embedder)
     mem.record_turn("I adopted a greyhound", "Lovely!")
@@ -469,8 +469,8 @@ def test_passage_text_carries_the_previous_exchange_of_the_session(
     mem.record_turn("New session, new topic", "Sure.")
     assert mem.drain(10)
     mem.close()
-    rows = raw.rows(store_path, "SELECT id, text FROM chunks ORDER BY id")
-    database = db_module.open_store(store_path)
+    rows = raw.rows(mem, "SELECT id, text FROM chunks ORDER BY id")
+    database = raw.open_storage(mem)
     try:
         with database.read() as tx:
             texts = passage_texts(tx, rows)

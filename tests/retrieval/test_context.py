@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from datetime import datetime
 from typing import Any
@@ -15,9 +14,8 @@ import elastimem
 from elastimem import assembly
 from elastimem.assembly import fit_lines
 from elastimem.memory import semantic
-from elastimem.storage.sqlite.database import open_store
 from tests.conftest import ScriptedLLM
-from tests.rows import one
+from tests.rows import connect, execute, one, open_storage
 
 HEADINGS = [
     "WHAT YOU KNOW ABOUT THE USER",
@@ -90,7 +88,7 @@ def test_notes_without_relevance_follow_importance_then_recency(
     mem.remember("rule_note", "from a rule", source="rule")
     mem.remember("twin_a", "same day", at="2024-05-01")
     mem.remember("twin_b", "same day", at="2024-05-01")
-    database = open_store(mem.path)  # the memory layer's own reader, beside the store
+    database = open_storage(mem)  # the memory layer's own reader, beside the store
     try:
         with database.read() as conn:
             rows = semantic.live_fact_rows(conn)  # in live order
@@ -118,7 +116,7 @@ def _stamp(mem: elastimem.Elastimem) -> str | None:
 
 
 def test_the_facts_stamp_changes_with_the_facts_but_not_with_a_touch(
-    mem: elastimem.Elastimem, store_path: Any
+    mem: elastimem.Elastimem,
 ) -> None:
     mem.remember("name", "Ada")
     first = _stamp(mem)
@@ -131,20 +129,19 @@ def test_the_facts_stamp_changes_with_the_facts_but_not_with_a_touch(
     mem.forget("city")
     third = _stamp(mem)
     assert third != second
-    with sqlite3.connect(store_path) as conn:  # decay archives in place
-        conn.execute("UPDATE facts SET archived = 1 WHERE key = 'name'")
+    execute(mem, "UPDATE facts SET archived = 1 WHERE key = 'name'")  # decay archives in place
     assert _stamp(mem) != third
 
 
 def test_build_context_sees_facts_written_by_another_connection(
-    mem: elastimem.Elastimem, store_path: Any
+    mem: elastimem.Elastimem,
 ) -> None:
     """The live facts are kept between turns; a write by any connection (another process,
-    here a plain sqlite3 one) changes the stamp and the next plan shows it."""
+    here a plain driver one) changes the stamp and the next plan shows it."""
     mem.remember("pet", "cat")
     assert "pet: cat" in mem.build_context("tell me more").sections["user_facts"]
     assert "pet: cat" in mem.build_context("tell me more").sections["user_facts"]  # kept
-    with sqlite3.connect(store_path) as conn:
+    with connect(mem) as conn:
         conn.execute(
             "INSERT INTO facts (key, value, category, source, importance, created_at, valid_from)"
             " VALUES ('hobby', 'archery', 'note', 'import', 0.6, "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import pytest
 import elastimem
 from elastimem.retrieval import rank as retrieval
 from tests.conftest import wait_until
+from tests.rows import execute, one
 
 DATA = Path(__file__).parent.parent / "data" / "fact_queries.json"
 
@@ -124,15 +124,12 @@ def test_facts_from_rules_and_new_versions_are_embedded(
 
 
 def test_archived_and_superseded_facts_stay_out_of_the_vector_leg(
-    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder, store_path: Path
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
 ) -> None:
     mem = make_store(embedder=concept)
     mem.remember("allergies", "peanuts")
     assert embedded(mem, 1)
-    conn = sqlite3.connect(store_path)
-    with conn:
-        conn.execute("UPDATE facts SET archived = 1")
-    conn.close()
+    execute(mem, "UPDATE facts SET archived = 1")
     assert mem.recall("what am I allergic to?", kinds=["fact"]) == []
     mem.remember("allergies", "peanuts")  # re-asserting un-archives it
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
@@ -151,7 +148,7 @@ def test_time_filters_apply_to_the_facts_vector_leg(
 
 
 def test_erase_drops_the_fact_vectors(
-    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder, store_path: Path
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
 ) -> None:
     mem = make_store(embedder=concept)
     mem.remember("allergies", "peanuts")
@@ -160,11 +157,20 @@ def test_erase_drops_the_fact_vectors(
     counts = mem.erase(key="allergies")
     assert counts["facts"] == 1 and counts["vectors"] == 1
     assert mem.recall("what am I allergic to?", kinds=["fact"]) == []
-    conn = sqlite3.connect(store_path)
-    try:
-        assert conn.execute("SELECT count(*) FROM fact_vectors").fetchone()[0] == 1
-    finally:
-        conn.close()
+    assert one(mem, "SELECT count(*) FROM fact_vectors") == 1
+
+
+def for_user(export: bytes, user_id: str | None) -> bytes:
+    """``export`` moved to ``user_id``'s store: the owner it records (a store on PostgreSQL
+    always records its user, and refuses another user's export) becomes ``user_id``."""
+    if user_id is None:  # a file that records no owner takes any export
+        return export
+    lines = [json.loads(line) for line in export.decode("utf-8").splitlines()]
+    for line in lines:
+        row = line.get("row") if line.get("table") == "meta" else None
+        if row is not None and row.get("key") == "user_id":
+            row["value"] = user_id
+    return "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8")
 
 
 def test_export_carries_fact_vectors_and_old_exports_still_import(
@@ -176,6 +182,7 @@ def test_export_carries_fact_vectors_and_old_exports_still_import(
     first = io.BytesIO()
     assert mem.export(first)["fact_vectors"] == 1
     copy = make_store(tmp_path / "copy.db", embedder=concept)
+    first = io.BytesIO(for_user(first.getvalue(), copy.user_id))
     copy.import_(io.BytesIO(first.getvalue()))
     assert copy.stats()["embedded_facts"] == 1
     assert fact_texts(copy.recall("what am I allergic to?")) == ["allergies: peanuts"]
@@ -195,21 +202,19 @@ def test_export_carries_fact_vectors_and_old_exports_still_import(
     old[0]["schema_version"] = 6
     old[-1]["rows"] -= 1
     older = make_store(tmp_path / "older.db", embedder=concept)
-    older.import_(io.BytesIO("".join(json.dumps(line) + "\n" for line in old).encode()))
+    older_export = "".join(json.dumps(line) + "\n" for line in old).encode()
+    older.import_(io.BytesIO(for_user(older_export, older.user_id)))
     assert embedded(older, 1)
     assert fact_texts(older.recall("what am I allergic to?")) == ["allergies: peanuts"]
 
 
 def test_reindex_re_embeds_the_facts_of_another_model(
-    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder, store_path: Path
+    make_store: Callable[..., elastimem.Elastimem], concept: ConceptEmbedder
 ) -> None:
     mem = make_store(embedder=concept)
     mem.remember("allergies", "peanuts")
     assert embedded(mem, 1)
-    conn = sqlite3.connect(store_path)
-    with conn:  # as if another model had embedded it
-        conn.execute("UPDATE fact_vectors SET embedding_model = 'elastimem:other'")
-    conn.close()
+    execute(mem, "UPDATE fact_vectors SET embedding_model = 'elastimem:other'")  # another model's
     assert mem.stats()["embedded_facts"] == 0
     # Found meanwhile all the same: embedded for the query until one is stored.
     assert fact_texts(mem.recall("what am I allergic to?", kinds=["fact"])) == [

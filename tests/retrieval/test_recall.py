@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem import text as text_module
+from elastimem.index.vectors import VectorIndex
+from elastimem.memory.fact_vectors import FactVectorCache
 from elastimem.retrieval import rank as retrieval
 from tests.rows import connect, execute, one
 
@@ -204,12 +206,49 @@ def test_non_string_queries_are_coerced_not_raised(seeded: elastimem.Elastimem) 
     assert isinstance(seeded.recall(12345), list)  # type: ignore[arg-type]
 
 
+# Breaks the store by dropping its FTS5 table: on PostgreSQL the tables are shared by every
+# user of the session's database (a failing keyword leg on both: test_semantic_recall).
+@pytest.mark.sqlite_only
 def test_recall_survives_a_broken_store_connection(seeded: elastimem.Elastimem) -> None:
     with connect(seeded) as conn:
         conn.execute("DROP TRIGGER chunks_fts_ai")
         conn.execute("DROP TABLE chunks_fts")
     assert seeded.recall("cello", kinds=["chunk"]) == []  # the leg fails, recall does not
     assert seeded.recall("cello", kinds=["fact"])
+
+
+def _failing_in_the_database(conn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A leg whose statement the database itself rejects (as a timeout or a bad plan would)."""
+    conn.conn.execute("SELECT no_such_column FROM chunks")
+    raise AssertionError("the statement above fails")
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        (VectorIndex, "start_search"),  # the chunks' vector leg
+        (FactVectorCache, "matrix"),  # the facts' vector leg
+    ],
+    ids=["chunk-vectors", "fact-vectors"],
+)
+def test_a_leg_failing_in_the_database_costs_only_that_leg(
+    make_store: Any, embedder: Any, monkeypatch: pytest.MonkeyPatch, failing: tuple[type, str]
+) -> None:
+    """A failed statement aborts the whole transaction on PostgreSQL (every later one in it
+    fails too), not on SQLite: the legs that may fail alone must not take the snapshot's
+    other reads with them."""
+    mem = make_store(embedder=embedder)
+    mem.record_turn("My sister Clara plays the cello", "Lovely instrument")
+    mem.remember("favorite_instrument", "cello")
+    assert mem.drain(10)
+    owner, method = failing
+    monkeypatch.setattr(
+        owner, method, lambda self, conn, *a, **kw: _failing_in_the_database(conn, *a, **kw)
+    )
+    hits = mem.recall("cello")
+    assert sorted(h.kind for h in hits) == ["chunk", "fact"]  # by keyword
+    assert mem.explain("cello").hits == hits
+    assert mem.build_context("tell me about the cello").sections["user_facts"]
 
 
 def test_only_adjacent_exchanges_of_one_session_lift_each_other(
@@ -231,7 +270,7 @@ def test_only_adjacent_exchanges_of_one_session_lift_each_other(
     mem.record_turn(texts["other"], "ok", at="2024-01-11")
     mem.end_session()
     ids = {
-        one(mem, "SELECT id FROM chunks WHERE instr(text, ?) > 0", (user,)): name
+        one(mem, "SELECT id FROM chunks WHERE text LIKE '%' || ? || '%'", (user,)): name
         for name, user in texts.items()
     }
     result = mem.explain("walrus mosaic", k=10)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -33,10 +34,9 @@ import elastimem
 from elastimem.index.vectors import passage_texts
 from elastimem.retrieval import query as query_path
 from elastimem.retrieval import rank as retrieval
-from elastimem.storage.sqlite.database import open_store
 from elastimem.text import STOPWORDS, em_fold, query_terms, word_tokens
-from tests.conftest import ScriptedLLM
-from tests.rows import rows
+from tests.conftest import STORE_BACKENDS, ScriptedLLM
+from tests.rows import open_storage, rows
 
 START = datetime(2025, 3, 3, 8, 30, tzinfo=timezone.utc)
 REPLIES = ["Got it.", "Noted.", "Okay.", "Understood.", "Sounds good."]
@@ -645,9 +645,10 @@ def fake_extract(prompt: str) -> str:
     return json.dumps(out) if out["entities"] or out["relationships"] else "NONE"
 
 
-def build_corpus(path: str) -> elastimem.Elastimem:
+def build_corpus(path: str, **kw: Any) -> elastimem.Elastimem:
     mem = elastimem.Elastimem(
         path,
+        **kw,
         llm=ScriptedLLM({"extract": fake_extract}),
         embedder=SynonymEmbedder(),
         tier_override="full",
@@ -715,9 +716,17 @@ def ranker(
     return rank
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
-    mem = build_corpus(str(tmp_path_factory.mktemp("tuning") / "m.db"))
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def corpus(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[elastimem.Elastimem]:
+    """The corpus in a file, or as a user of the test session's PostgreSQL database: the
+    figures are the same on both."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        mem = build_corpus(url, user_id=f"tuning-{os.urandom(6).hex()}")
+    else:
+        mem = build_corpus(str(tmp_path_factory.mktemp("tuning") / "m.db"))
     yield mem
     mem.close()
 
@@ -732,7 +741,7 @@ def test_the_set_is_what_it_claims(
     assert stats["embedded_chunks"] == stats["chunks"] == sum(len(t) for _, t in CORPUS)
     assert stats["graph_nodes"] >= 25 and stats["graph_edges"] >= 25
     embed = SynonymEmbedder()
-    database = open_store(corpus.path)  # the storage layer's own reader, beside the store
+    database = open_storage(corpus)  # the storage layer's own reader, beside the store
     request.addfinalizer(database.close)
     for question, start in PARAPHRASE_QUESTIONS + HOP_QUESTIONS:
         target = answer_id(corpus, start)

@@ -132,7 +132,10 @@ def graph_signal(services: Services, text: str, conn: Tx | None = None) -> Any:
     snapshot: one transaction fewer); a failure is logged and ranking goes on without it."""
     hops = services.profile().graph_hops
     try:
-        return graph.build_signal(services.db, text, hops, conn=conn)
+        if conn is None:
+            return graph.build_signal(services.db, text, hops)
+        with conn.guarded():
+            return graph.build_signal(services.db, text, hops, conn=conn)
     except Exception as exc:
         logger.warning("graph expansion failed; ranking without it: %s", exc)
         return None

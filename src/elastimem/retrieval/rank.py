@@ -605,7 +605,7 @@ def _rank_chunks(
         else:
             keyword = chunk_like_leg(conn, terms, filters)
     finally:  # a started leg is always finished: it holds the vector index until then
-        found = _finish_vector_leg(finish)
+        found = _finish_vector_leg(conn, finish)
     vector: dict[int, float] = {}
     weight_sum = weights.fts
     if found is not None:  # None: no leg, or no query vector after all
@@ -615,9 +615,10 @@ def _rank_chunks(
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
         try:
-            for chunk_id, _g in graph.extra_chunks(conn, filters, GRAPH_CANDIDATES):
-                ids.add(chunk_id)
-            graph_scores = graph.chunk_scores(conn, sorted(ids))
+            with conn.guarded():
+                for chunk_id, _g in graph.extra_chunks(conn, filters, GRAPH_CANDIDATES):
+                    ids.add(chunk_id)
+                graph_scores = graph.chunk_scores(conn, sorted(ids))
         except Exception as exc:
             logger.warning("graph leg failed; ranking without it: %s", exc)
             graph_scores = {}
@@ -686,17 +687,19 @@ def _start_vector_leg(conn: Tx, filters: Filters, leg: VectorLeg | None) -> Vect
     if leg is None:
         return None
     try:
-        return leg(conn, filters, VECTOR_CANDIDATES)
+        with conn.guarded():
+            return leg(conn, filters, VECTOR_CANDIDATES)
     except Exception as exc:  # the vector leg failing must never cost the keyword hits
         logger.warning("vector leg failed; using keyword results only: %s", exc)
         return list
 
 
-def _finish_vector_leg(finish: VectorFinish | None) -> list[tuple[int, float]] | None:
+def _finish_vector_leg(conn: Tx, finish: VectorFinish | None) -> list[tuple[int, float]] | None:
     if finish is None:
         return None
     try:
-        return finish()
+        with conn.guarded():
+            return finish()
     except Exception as exc:
         logger.warning("vector leg failed; using keyword results only: %s", exc)
         return []
@@ -775,7 +778,8 @@ def _rank_facts(
         # brings, by (-g, -id). Uncapped, a node named in many facts ("needs CUDA 11",
         # "needs CUDA 12", ...) filled the hits with facts sharing no word with the query.
         try:
-            lifted = graph.fact_candidates(conn, filters)
+            with conn.guarded():
+                lifted = graph.fact_candidates(conn, filters)
         except Exception as exc:
             logger.debug("graph fact candidates failed: %s", exc)
         graph_only = sorted(
@@ -823,7 +827,8 @@ def start_fact_vector_leg(
     if leg is None:
         return None
     try:
-        return leg(conn, filters)
+        with conn.guarded():
+            return leg(conn, filters)
     except Exception as exc:
         logger.warning("fact vector leg failed; ranking facts by keywords only: %s", exc)
         return None

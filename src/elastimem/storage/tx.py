@@ -8,6 +8,7 @@ backend (PostgreSQL) implements ``Tx`` and the families and the layers above do 
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from .admin import AdminRows
@@ -48,3 +49,11 @@ class Tx(Protocol):
     def admin(self) -> AdminRows: ...
     @property
     def stats(self) -> StatsRows: ...
+
+    def guarded(self) -> AbstractContextManager[None]:
+        """A block of reads that may fail on its own (a leg the caller ranks without when it
+        raises): after its exception, the transaction still serves the reads that follow.
+        On PostgreSQL a failed statement aborts the whole transaction, so the block is a
+        SAVEPOINT rolled back on failure; an SQLite transaction survives a failed
+        statement. Not for writes: on SQLite a failed block's earlier writes stay."""
+        ...

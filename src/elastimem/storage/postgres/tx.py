@@ -7,6 +7,8 @@ suite reads to skip a family still to come).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from functools import cached_property
 from typing import Any
 
@@ -62,6 +64,28 @@ class PostgresTx:
         self.conn = conn
         self.user_id = user_id
         self.writable = writable
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        """``Tx.guarded``: a SAVEPOINT, rolled back when the block raises, so the statement
+        that failed in it does not leave the transaction aborted for the reads after it.
+        Nested blocks reuse the name: PostgreSQL releases and rolls back to the newest.
+        When the savepoint cannot be set (the transaction already failed) the block still
+        runs, unguarded: it may have to release what it holds (a started vector search),
+        and its own reads then report the failure."""
+        try:
+            self.conn.execute("SAVEPOINT em_guard")
+        except Exception:
+            yield
+            return
+        try:
+            yield
+        except BaseException:
+            with suppress(Exception):  # a lost connection: the block's own error says more
+                self.conn.execute("ROLLBACK TO SAVEPOINT em_guard")
+                self.conn.execute("RELEASE SAVEPOINT em_guard")
+            raise
+        self.conn.execute("RELEASE SAVEPOINT em_guard")
 
     @cached_property
     def meta(self) -> PostgresMetaRows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import AbstractContextManager, nullcontext
 from functools import cached_property
 
 from .admin import SqliteAdminRows
@@ -27,6 +28,10 @@ class SqliteTx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+
+    def guarded(self) -> AbstractContextManager[None]:
+        """``Tx.guarded``: nothing to do, a failed statement leaves the transaction usable."""
+        return nullcontext()
 
     @cached_property
     def transcript(self) -> SqliteTranscriptRows:
