@@ -68,21 +68,22 @@ def rank_query(
     scope = temporal.parse(text, utcnow()) if "chunk" in kinds else None
     if scope is not None and query_terms(scope.rest):
         embedded = scope.rest
-    if "chunk" in kinds and names.name_words(text):
-        with services.db.read() as conn:
-            common = names.common_names(conn, text)
-        terms = names.without(terms, common)
-        embedded = names.strip(embedded, common)
     report: legs.VectorLegReport | None = None
-    if vector_leg is UNSET:
-        report = legs.VectorLegReport()
-        vector_leg = (
-            legs.vector_leg(services, embedded, profile, report) if "chunk" in kinds else None
-        )
-    if fact_leg is UNSET:
-        fact_leg = legs.fact_vector_leg(services, text, profile) if "fact" in kinds else None
     config = services.config()
     with services.db.read() as conn:
+        # The names most chunks hold are counted in the ranking's own snapshot; the legs
+        # start once the text they embed is known (starting one reads nothing).
+        if "chunk" in kinds and names.name_words(text):
+            common = names.common_names(conn, text)
+            terms = names.without(terms, common)
+            embedded = names.strip(embedded, common)
+        if vector_leg is UNSET:
+            report = legs.VectorLegReport()
+            vector_leg = (
+                legs.vector_leg(services, embedded, profile, report) if "chunk" in kinds else None
+            )
+        if fact_leg is UNSET:
+            fact_leg = legs.fact_vector_leg(services, text, profile) if "fact" in kinds else None
         if signal is UNSET:
             signal = legs.graph_signal(services, text, conn)
         ranking = rank(
