@@ -22,6 +22,7 @@ from elastimem import ImportFormatError
 from elastimem.clock import now_ts
 from elastimem.portability import EXPORT_TABLES
 from tests.conftest import HashEmbedder
+from tests.exports import for_target
 from tests.rows import connect, is_postgres
 
 Factory = Callable[..., elastimem.Elastimem]
@@ -83,25 +84,6 @@ def owner(mem: elastimem.Elastimem) -> str:
     """The user ``build_rich`` leaves its store recording: 'alice' on a file; on PostgreSQL
     the store's own user, which every store there records from its open."""
     return str(mem.user_id) if is_postgres(mem) else "alice"
-
-
-def for_target(lines: list[str], target: elastimem.Elastimem) -> list[str]:
-    """An export's lines as the target's user would have written them.
-
-    A file store records no user until it imports one, so an export goes into any new file
-    as it is. A store on PostgreSQL records its user from its open (every user of a test
-    shares the database), so an export is moved to it with its owner row naming that user:
-    what differs is only the owner field, as in a move between backends (issue #18)."""
-    if not is_postgres(target):
-        return lines
-    out = []
-    for line in lines:
-        obj = json.loads(line) if line.startswith('{"table":"meta"') else None
-        if obj is not None and obj["row"].get("key") == "user_id":
-            obj["row"]["value"] = target.user_id
-            line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
-        out.append(line)
-    return out
 
 
 def as_data(lines: list[str], target: elastimem.Elastimem) -> bytes:
