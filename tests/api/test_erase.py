@@ -17,7 +17,7 @@ from elastimem.clock import now_ts
 from elastimem.index.vectors import VectorIndex
 from elastimem.portability import ERASE_COUNT_KEYS
 from tests.conftest import HashEmbedder, wait_until
-from tests.rows import connect
+from tests.rows import connect, is_postgres
 from tests.spies import instances_of
 
 # Lowercase ASCII with no suffix the porter stemmer would strip, so the FTS term, the stored
@@ -37,8 +37,16 @@ def checkpoint(path: str) -> None:
         conn.close()
 
 
-def raw_hits(path: str | Path, needle: str = MARKER) -> dict[str, int]:
-    """Occurrences of the needle (any case) in the file and its -wal, read as bytes."""
+def raw_hits(store: Any, needle: str = MARKER) -> dict[str, int]:
+    """Occurrences of the needle (any case) in the file and its -wal, read as bytes.
+
+    On PostgreSQL the server's files (dead row versions until VACUUM, the WAL, backups) are
+    the operator's (README, "Erase"); what the library answers for is every row it can still
+    read: ``{"db": n}`` counts the user's ``table.column`` cells holding the needle, in every
+    table of the database."""
+    if is_postgres(store):
+        return {"db": len(table_hits(store, needle))}
+    path = store if isinstance(store, (str, Path)) else store.path
     found: dict[str, int] = {}
     for suffix in ("", "-wal"):
         try:
@@ -49,12 +57,35 @@ def raw_hits(path: str | Path, needle: str = MARKER) -> dict[str, int]:
     return found
 
 
-def table_hits(path: str | Path, needle: str = MARKER) -> list[str]:
-    """Every ``table.column`` of every table (FTS shadow tables included) holding the needle."""
-    conn = sqlite3.connect(path)
+def _cell_holds(value: object, needle: str) -> bool:
+    text = bytes(value).decode("latin-1") if isinstance(value, (bytes, memoryview)) else str(value)
+    return needle.lower() in text.lower()
+
+
+def table_hits(store: Any, needle: str = MARKER) -> list[str]:
+    """Every ``table.column`` of every table (FTS shadow tables included; on PostgreSQL every
+    table of the database, as the store's user sees it) holding the needle."""
+    if is_postgres(store):
+        with connect(store) as pg:
+            names = [
+                r[0]
+                for r in pg.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                )
+            ]
+            hits: set[str] = set()
+            for name in names:
+                cursor = pg.execute(f'SELECT * FROM "{name}"')
+                columns = [d[0] for d in cursor.description]
+                for row in cursor:
+                    for column, value in zip(columns, row, strict=True):
+                        if _cell_holds(value, needle):
+                            hits.add(f"{name}.{column}")
+            return sorted(hits)
+    conn = sqlite3.connect(store if isinstance(store, (str, Path)) else store.path)
     try:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-        hits: set[str] = set()
+        hits = set()
         for name in names:
             try:
                 cursor = conn.execute(f'SELECT * FROM "{name}"')
@@ -63,20 +94,24 @@ def table_hits(path: str | Path, needle: str = MARKER) -> list[str]:
             columns = [d[0] for d in cursor.description]
             for row in cursor:
                 for column, value in zip(columns, row, strict=True):
-                    if isinstance(value, bytes):
-                        text = value.decode("latin-1")
-                    else:
-                        text = str(value)
-                    if needle.lower() in text.lower():
+                    if _cell_holds(value, needle):
                         hits.add(f"{name}.{column}")
         return sorted(hits)
     finally:
         conn.close()
 
 
-def fts_terms(path: str | Path, table: str) -> set[str]:
-    """The terms FTS5 holds in its index segments (not only the visible documents)."""
-    conn = sqlite3.connect(path)
+# The keyword index of each table: FTS5 on a file, the postings tables on PostgreSQL.
+POSTINGS = {"chunks_fts": "chunk_terms", "facts_fts": "fact_terms"}
+
+
+def fts_terms(store: Any, table: str) -> set[str]:
+    """The terms FTS5 holds in its index segments (not only the visible documents); on
+    PostgreSQL the terms of the table's keyword postings."""
+    if is_postgres(store):
+        with connect(store) as pg:
+            return {str(r[0]) for r in pg.execute(f"SELECT term FROM {POSTINGS[table]}")}
+    conn = sqlite3.connect(store if isinstance(store, (str, Path)) else store.path)
     try:
         conn.execute(f"CREATE VIRTUAL TABLE temp.v_{table} USING fts5vocab(main, {table}, 'row')")
         return {str(r[0]) for r in conn.execute(f"SELECT term FROM temp.v_{table}")}
@@ -222,14 +257,13 @@ def test_erase_session_leaves_no_trace_anywhere(
 ) -> None:
     indexes = instances_of(monkeypatch, VectorIndex)
     mem, keep, erase = build(make_store, embedder)
-    path = mem.path
     assert mem.drain(10)
     expected = expected_session_counts(mem, erase)
     assert expected["vectors"] > expected["chunks"] >= 3  # fact vectors too
     assert expected["facts"] == 4 and expected["fact_keys"] == 2  # secret_word ×2, location ×2
     assert expected["quarantine"] == 2 and expected["jobs"] == 1
     # The test means something only if the marker was there to begin with.
-    assert sum(raw_hits(path).values()) > 0
+    assert sum(raw_hits(mem).values()) > 0
     assert mem.recall(MARKER, kinds=["chunk"])
 
     counts = mem.erase(session_id=erase, include_facts=True)
@@ -237,7 +271,7 @@ def test_erase_session_leaves_no_trace_anywhere(
     assert counts == expected
     assert list(counts) == list(ERASE_COUNT_KEYS)
     # The raw file and its WAL: checked while the store is still open, and after closing.
-    assert raw_hits(path) in ({"db": 0}, {"db": 0, "-wal": 0})
+    assert raw_hits(mem) in ({"db": 0}, {"db": 0, "-wal": 0})
     # Recall through every leg (FTS, vectors, graph) finds nothing of it.
     assert mem.recall(MARKER) == []
     assert all(h.session_id != erase for h in mem.recall("garden tools neighbour", k=20))
@@ -259,11 +293,13 @@ def test_erase_session_leaves_no_trace_anywhere(
     # The audit event carries counts only.
     assert json.loads(event) == counts
     mem.close()
-    assert raw_hits(path) == {"db": 0}
-    assert table_hits(path) == []
+    assert raw_hits(mem) == {"db": 0}
+    assert table_hits(mem) == []
     for table in ("chunks_fts", "facts_fts"):
-        assert not any(MARKER in term for term in fts_terms(path, table))
-    conn = sqlite3.connect(path)
+        assert not any(MARKER in term for term in fts_terms(mem, table))
+    if is_postgres(mem):
+        return  # no FTS5 to MATCH; the server keeps its own integrity and foreign keys
+    conn = sqlite3.connect(mem.path)
     try:
         for table in ("chunks_fts", "facts_fts"):
             matches = conn.execute(
@@ -335,20 +371,20 @@ def test_erase_key_removes_every_version_review_and_quarantine_row(
     assert mem.facts()["secret_word"] == MARKER + "two"  # other keys untouched
     assert all(q["key"] != "location" for q in mem.quarantine_entries(100))
     assert mem.sessions(5)[0]["id"] == erase  # sessions untouched
-    path = mem.path
     mem.close()
-    hits = table_hits(path, "zqxjvorblaxton")
+    hits = table_hits(mem, "zqxjvorblaxton")
     # The moved-to town survives only in the transcript of the session that mentioned it
-    # (and in that transcript's search index).
+    # (and in that transcript's search index: FTS5's, or the postings on PostgreSQL).
     assert {h.split(".")[0] for h in hits} <= {
         "chunks",
         "messages",
         "chunks_fts",
         "chunks_fts_data",
+        "chunk_terms",
     }
     assert {"chunks.text", "messages.content"} <= set(hits)
-    assert "dallas" not in fts_terms(path, "facts_fts")
-    assert raw_hits(path, "Dallas") == {"db": 0}
+    assert "dallas" not in fts_terms(mem, "facts_fts")
+    assert raw_hits(mem, "Dallas") == {"db": 0}
 
 
 def test_unknown_targets_erase_nothing(make_store: Factory, embedder: HashEmbedder) -> None:
@@ -393,7 +429,7 @@ def test_erasing_the_open_session_closes_it(make_store: Factory, embedder: HashE
     mem.record_turn("a new start", "welcome")
     assert mem.session_id is not None  # a fresh session (its id may reuse the erased one)
     assert [(s["title"], s["message_count"]) for s in mem.sessions()] == [("a new start", 2)]
-    assert raw_hits(mem.path) in ({"db": 0}, {"db": 0, "-wal": 0})
+    assert raw_hits(mem) in ({"db": 0}, {"db": 0, "-wal": 0})
 
 
 def test_a_fact_is_stored_after_another_instance_erased_the_open_session(
@@ -433,6 +469,7 @@ def test_erase_in_memory_store(memory_store: elastimem.Elastimem) -> None:
     assert memory_store.recall(MARKER) == []
 
 
+@pytest.mark.sqlite_only  # ELASTIMEM_DISABLE_FTS turns off SQLite's FTS5; PostgreSQL has none
 def test_erase_with_fts_off_empties_the_stale_index(
     make_store: Factory, store_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -479,7 +516,7 @@ def test_erase_leaves_no_copy_after_a_busy_workload(
         mem.record_turn(f"more filler {i} about bikes " * 5, "sure " * 20)
     assert mem.drain(20)
     assert mem.erase(session_id=sid, include_facts=True)["facts"] == 2
-    assert raw_hits(mem.path) in ({"db": 0}, {"db": 0, "-wal": 0})
+    assert raw_hits(mem) in ({"db": 0}, {"db": 0, "-wal": 0})
 
 
 class DenseEmbedder:
@@ -499,8 +536,22 @@ class DenseEmbedder:
         return rows
 
 
-def vector_hits(path: str | Path, blobs: dict[str, bytes]) -> dict[str, list[str]]:
-    """Which of the vectors (by name) the file and its -wal hold, as raw bytes."""
+def vector_hits(store: Any, blobs: dict[str, bytes]) -> dict[str, list[str]]:
+    """Which of the vectors (by name) the file and its -wal hold, as raw bytes; on PostgreSQL
+    (whose files are the operator's, see ``raw_hits``) which any row of the user's, in any
+    table of the database, still holds."""
+    if is_postgres(store):
+        held: set[str] = set()
+        with connect(store) as pg:
+            tables = pg.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            ).fetchall()
+            for (name,) in tables:
+                for row in pg.execute(f'SELECT * FROM "{name}"'):
+                    cells = [bytes(v) for v in row if isinstance(v, (bytes, memoryview))]
+                    held |= {key for key, blob in blobs.items() if any(blob in c for c in cells)}
+        return {"db": sorted(held)}
+    path = store if isinstance(store, (str, Path)) else store.path
     found: dict[str, list[str]] = {}
     for suffix in ("", "-wal"):
         try:
@@ -533,14 +584,14 @@ def test_erase_leaves_no_fact_vector_in_the_file_or_its_wal(make_store: Factory)
             )
         }
     assert sorted(blobs) == ["allergies", "favorite_color", "secret_word"]
-    checkpoint(mem.path)
-    assert vector_hits(mem.path, blobs)["db"] == sorted(blobs)  # findable before the erase
+    if not is_postgres(mem):
+        checkpoint(mem.path)
+    assert vector_hits(mem, blobs)["db"] == sorted(blobs)  # findable before the erase
     assert mem.erase(key="secret_word")["vectors"] == 1
     assert mem.erase(session_id=session_id, include_facts=True)["vectors"] >= 1
-    assert vector_hits(mem.path, blobs) in (
+    assert vector_hits(mem, blobs) in (
         {"db": ["favorite_color"]},
         {"db": ["favorite_color"], "-wal": []},
     )
-    path = mem.path
     mem.close()
-    assert vector_hits(path, blobs) == {"db": ["favorite_color"]}
+    assert vector_hits(mem, blobs) == {"db": ["favorite_color"]}

@@ -22,7 +22,8 @@ from elastimem import ImportFormatError
 from elastimem.clock import now_ts
 from elastimem.portability import EXPORT_TABLES
 from tests.conftest import HashEmbedder
-from tests.rows import connect
+from tests.exports import for_target
+from tests.rows import connect, is_postgres
 
 Factory = Callable[..., elastimem.Elastimem]
 PK = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
@@ -46,35 +47,55 @@ def dump(path: str | Path, tables: tuple[str, ...] = EXPORT_TABLES) -> dict[str,
 
 
 def full_dump(mem: elastimem.Elastimem) -> dict[str, list[tuple]]:
-    """Every table of an open store, events and the whole meta table included.
+    """Every table of an open store, events and the whole meta table included (on
+    PostgreSQL every table of the database, as the store's user sees it).
 
     Only ``sessions.heartbeat_at`` is left out: the worker refreshes it on its own schedule.
     """
+    postgres = is_postgres(mem)
     with connect(mem) as conn:
         names = [
             r[0]
             for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '%fts%'"
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                if postgres
+                else "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '%fts%'"
             )
         ]
         out = {}
         for name in names:
-            columns = [
-                f'"{r[1]}"'
-                for r in conn.execute(f'PRAGMA table_info("{name}")')
-                if r[1] != "heartbeat_at"
-            ]
+            found = (
+                conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                    "AND table_schema = current_schema() ORDER BY ordinal_position",
+                    (name,),
+                )
+                if postgres
+                else [r[1:] for r in conn.execute(f'PRAGMA table_info("{name}")')]
+            )
+            columns = [f'"{r[0]}"' for r in found if r[0] != "heartbeat_at"]
             out[name] = conn.execute(
-                f'SELECT {", ".join(columns)} FROM "{name}" ORDER BY 1'
+                f'SELECT {", ".join(columns)} FROM "{name}" ORDER BY {", ".join(columns)}'
             ).fetchall()
         return out
+
+
+def owner(mem: elastimem.Elastimem) -> str:
+    """The user ``build_rich`` leaves its store recording: 'alice' on a file; on PostgreSQL
+    the store's own user, which every store there records from its open."""
+    return str(mem.user_id) if is_postgres(mem) else "alice"
+
+
+def as_data(lines: list[str], target: elastimem.Elastimem) -> bytes:
+    return "".join(for_target(lines, target)).encode("utf-8")
 
 
 def build_rich(mem: elastimem.Elastimem) -> None:
     """Something in every exported table, with awkward text and a moved self node."""
     with connect(mem) as conn:
         conn.execute("UPDATE graph_nodes SET id = 77 WHERE type = 'self'")
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('user_id', 'alice')")
+        if not is_postgres(mem):  # a PostgreSQL store records its own user from its open
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('user_id', 'alice')")
     mem.begin_session("tag-1", at="2025-01-05T10:00:00Z")
     mem.record_turn("Hi, my name is Maya and I live in Portland.", "Nice to meet you, Maya!")
     mem.record_turn(f"Some tricky text: {TRICKY}", "Noted " + TRICKY)
@@ -103,6 +124,7 @@ def build_rich(mem: elastimem.Elastimem) -> None:
             (colors[0], colors[1], colors[1], now),
         )
         chunk = conn.execute("SELECT min(id) FROM chunks").fetchone()[0]
+        first_session = conn.execute("SELECT min(id) FROM sessions").fetchone()[0]
         ids = []
         for name, kind in (("maya's dog", "thing"), ("portland", "place"), ("clinic", "org")):
             cur = conn.execute(
@@ -142,8 +164,8 @@ def build_rich(mem: elastimem.Elastimem) -> None:
             conn.execute(
                 "INSERT INTO jobs (kind, state, phase, session_id, payload, priority, attempts, "
                 "last_error, owner_pid, owner_host, created_at, updated_at) VALUES "
-                "('extract', ?, 'session_end', 1, ?, 2, 3, ?, 1, 'elsewhere.example', ?, ?)",
-                (state, json.dumps({"turns": [1, 2]}), error, now, now),
+                "('extract', ?, 'session_end', ?, ?, 2, 3, ?, 1, 'elsewhere.example', ?, ?)",
+                (state, first_session, json.dumps({"turns": [1, 2]}), error, now, now),
             )
 
 
@@ -189,31 +211,46 @@ def test_round_trip_is_lossless(
     assert base64.b64decode(embedded[0]["embedding"])  # BLOBs as base64
 
     target = make_store(tmp_path / "target.db")
+    if is_postgres(target):
+        export_file.write_text("".join(for_target(first, target)), "utf-8")
     assert target.import_(export_file) == counts
     second = export_lines(target)
-    assert without_exported_at(second) == without_exported_at(first)
+    assert without_exported_at(second) == without_exported_at(for_target(first, target))
 
+    if is_postgres(target):
+        with connect(target) as pg:
+            meta = dict(pg.execute("SELECT key, value FROM meta").fetchall())
+            max_seq = pg.execute("SELECT max(embed_seq) FROM chunks").fetchone()[0]
+            self_ids = pg.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchall()
+            detail = pg.execute("SELECT detail FROM events WHERE kind = 'import'").fetchone()[0]
+        assert int(meta["vectors.seq"]) >= max_seq > 0
+        assert int(meta["vectors.gen"]) >= 1 and int(meta["graph.gen"]) >= 1
+        assert meta["user_id"] == target.user_id
+        assert [tuple(r) for r in self_ids] == [(77,)]
+        assert json.loads(detail)["rows"] == sum(counts.values())
     source_path, target_path = rich.path, target.path
     rich.close()
     target.close()
-    assert dump(target_path) == dump(source_path)
-    conn = sqlite3.connect(target_path)
-    try:
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        max_seq = conn.execute("SELECT max(embed_seq) FROM chunks").fetchone()[0]
-        assert int(meta["vectors.seq"]) >= max_seq > 0
-        assert int(meta["vectors.gen"]) >= 1 and int(meta["graph.gen"]) >= 1
-        assert meta["user_id"] == "alice"
-        assert conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchall() == [(77,)]
-        detail = conn.execute("SELECT detail FROM events WHERE kind = 'import'").fetchone()[0]
-        assert json.loads(detail)["rows"] == sum(counts.values())
-        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-    finally:
-        conn.close()
+    if not is_postgres(target):
+        assert dump(target_path) == dump(source_path)
+        conn = sqlite3.connect(target_path)
+        try:
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            max_seq = conn.execute("SELECT max(embed_seq) FROM chunks").fetchone()[0]
+            assert int(meta["vectors.seq"]) >= max_seq > 0
+            assert int(meta["vectors.gen"]) >= 1 and int(meta["graph.gen"]) >= 1
+            assert meta["user_id"] == "alice"
+            self_ids = conn.execute("SELECT id FROM graph_nodes WHERE type = 'self'").fetchall()
+            assert self_ids == [(77,)]
+            detail = conn.execute("SELECT detail FROM events WHERE kind = 'import'").fetchone()[0]
+            assert json.loads(detail)["rows"] == sum(counts.values())
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        finally:
+            conn.close()
 
     # The restored store works: keyword search (FTS rebuilt), vectors, history, the graph.
-    again = make_store(target_path, embedder=HashEmbedder())
+    again = make_store(tmp_path / "target.db", embedder=HashEmbedder())
     seattle = again.recall("Seattle", kinds=["chunk"])
     assert seattle and "Seattle" in seattle[0].text
     assert any("Café" in h.text for h in again.recall("café"))
@@ -236,7 +273,7 @@ def test_an_imported_store_counts_its_vectors_before_embedding_anything(
     export_file = tmp_path / "backup.jsonl"
     rich.export(export_file)
     target = make_store(tmp_path / "target.db", embedder=HashEmbedder())
-    target.import_(export_file)
+    target.import_(io.BytesIO(as_data(split_lines(export_file.read_text("utf-8")), target)))
     after = target.stats()
     assert after["embedded_chunks"] == before["embedded_chunks"]
     assert after["stale_embeddings"] == before["stale_embeddings"]
@@ -250,16 +287,17 @@ def test_export_and_import_through_file_objects(
     rich.export(text)
     assert without_exported_at(split_lines(text.getvalue())) == (without_exported_at(reference))
     # A binary stream read from its current position, not from 0.
-    binary = io.BytesIO(b"ignored prefix\n" + "".join(reference).encode("utf-8"))
-    binary.seek(len(b"ignored prefix\n"))
     one = make_store(tmp_path / "one.db")
+    binary = io.BytesIO(b"ignored prefix\n" + as_data(reference, one))
+    binary.seek(len(b"ignored prefix\n"))
     one.import_(binary)
     # A text stream.
     two = make_store(tmp_path / "two.db")
-    two.import_(io.StringIO("".join(reference)))
+    two.import_(io.StringIO("".join(for_target(reference, two))))
     # A pipe, which cannot seek (like stdin).
+    three = make_store(tmp_path / "three.db")
     read_fd, write_fd = os.pipe()
-    payload = "".join(reference).encode("utf-8")
+    payload = as_data(reference, three)
 
     def feed() -> None:
         with os.fdopen(write_fd, "wb") as w:
@@ -267,12 +305,12 @@ def test_export_and_import_through_file_objects(
 
     writer = threading.Thread(target=feed)
     writer.start()
-    three = make_store(tmp_path / "three.db")
     with os.fdopen(read_fd, "rb") as pipe:
         three.import_(pipe)
     writer.join()
     for store in (one, two, three):
-        assert without_exported_at(export_lines(store)) == without_exported_at(reference)
+        expected = without_exported_at(for_target(reference, store))
+        assert without_exported_at(export_lines(store)) == expected
 
 
 def test_memory_stores_round_trip(make_store: Factory) -> None:
@@ -281,8 +319,10 @@ def test_memory_stores_round_trip(make_store: Factory) -> None:
     source.remember("pet", "cat")
     lines = export_lines(source)
     target = make_store(":memory:")
-    target.import_(io.BytesIO("".join(lines).encode("utf-8")))
-    assert without_exported_at(export_lines(target)) == without_exported_at(lines)
+    target.import_(io.BytesIO(as_data(lines, target)))
+    assert without_exported_at(export_lines(target)) == without_exported_at(
+        for_target(lines, target)
+    )
     assert target.facts() == source.facts()
 
 
@@ -296,7 +336,7 @@ def test_progress_is_reported(
     calls: list[tuple[int, int]] = []
     target = make_store(tmp_path / "target.db")
     target.import_(
-        io.BytesIO("".join(lines).encode("utf-8")),
+        io.BytesIO(as_data(lines, target)),
         progress=lambda done, total: calls.append((done, total)),
     )
     rows = len(lines) - 2
@@ -323,9 +363,9 @@ def test_a_progress_callback_that_raises_aborts_cleanly(
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        target.import_(io.BytesIO("".join(lines).encode("utf-8")), progress=stop)
+        target.import_(io.BytesIO(as_data(lines, target)), progress=stop)
     assert full_dump(target) == before
-    target.import_(io.BytesIO("".join(lines).encode("utf-8")))  # still usable, still empty
+    target.import_(io.BytesIO(as_data(lines, target)))  # still usable, still empty
     assert target.stats()["sessions"] == 2
 
 
@@ -448,16 +488,15 @@ def test_damaged_files_are_rejected_and_the_target_is_untouched(
     mutate: Callable[[list[str]], list[str]],
     message: str,
 ) -> None:
-    lines = mutate(export_lines(rich))
-    data = "".join(lines).encode("utf-8", "surrogateescape")
     target = make_store(tmp_path / "target.db")
+    lines = mutate(for_target(export_lines(rich), target))
+    data = "".join(lines).encode("utf-8", "surrogateescape")
     before = full_dump(target)
     with pytest.raises(ImportFormatError, match=message):
         target.import_(io.BytesIO(data))
     assert full_dump(target) == before
     # The good file still imports into the same (untouched) store.
-    good = "".join(export_lines(rich)).encode("utf-8")
-    target.import_(io.BytesIO(good))
+    target.import_(io.BytesIO(as_data(export_lines(rich), target)))
 
 
 def test_line_numbers_name_the_damaged_line(
@@ -467,16 +506,17 @@ def test_line_numbers_name_the_damaged_line(
     bad = len(lines) - 3
     lines[bad] = lines[bad][:-10] + "\n"
     path = tmp_path / "bad.jsonl"
-    path.write_text("".join(lines), "utf-8")
+    target = make_store(tmp_path / "t.db")
+    path.write_text("".join(for_target(lines, target)), "utf-8")
     with pytest.raises(ImportFormatError) as info:
-        make_store(tmp_path / "t.db").import_(path)
+        target.import_(path)
     assert re.search(rf"\bline {bad + 1}\b", str(info.value))
 
 
 def test_non_empty_targets_are_refused(
     rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path
 ) -> None:
-    data = "".join(export_lines(rich)).encode("utf-8")
+    lines = export_lines(rich)
     for setup, what in (
         (lambda m: m.remember("a", "b"), "facts"),
         (lambda m: m.record_turn("hello", "hi"), "sessions"),
@@ -487,15 +527,15 @@ def test_non_empty_targets_are_refused(
         setup(target)
         before = full_dump(target)
         with pytest.raises(ImportFormatError, match=f"already holds {what}"):
-            target.import_(io.BytesIO(data))
+            target.import_(io.BytesIO(as_data(lines, target)))
         assert full_dump(target) == before
 
 
 def test_leftover_jobs_are_replaced_but_running_ones_block(
     rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path
 ) -> None:
-    data = "".join(export_lines(rich)).encode("utf-8")
     target = make_store(tmp_path / "target.db")
+    data = as_data(export_lines(rich), target)
     now = now_ts()
     with connect(target) as conn:
         conn.execute(
@@ -515,15 +555,17 @@ def test_leftover_jobs_are_replaced_but_running_ones_block(
 
 
 def test_user_id_rule(rich: elastimem.Elastimem, make_store: Factory, tmp_path: Path) -> None:
-    data = "".join(export_lines(rich)).encode("utf-8")  # records user 'alice'
+    data = "".join(export_lines(rich)).encode("utf-8")  # records its owner ('alice' on a file)
     bob = make_store(tmp_path / "bob.db")
-    with connect(bob) as conn:
-        conn.execute("INSERT INTO meta (key, value) VALUES ('user_id', 'bob')")
+    if not is_postgres(bob):  # a store on PostgreSQL records its user from its open
+        with connect(bob) as conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('user_id', 'bob')")
     before = full_dump(bob)
-    with pytest.raises(ImportFormatError, match="belongs to user 'alice'"):
+    with pytest.raises(ImportFormatError, match=f"belongs to user '{owner(rich)}'"):
         bob.import_(io.BytesIO(data))
     assert full_dump(bob) == before
-    same = elastimem.open_user(tmp_path / "users", "alice", disable_builtin_embedder=True)
+    # The owner's own store takes it (on PostgreSQL: the user's export moved into a file).
+    same = elastimem.open_user(tmp_path / "users", owner(rich), disable_builtin_embedder=True)
     try:
         same.import_(io.BytesIO(data))
         assert same.facts()["favorite_color"] == "green"
@@ -547,7 +589,7 @@ def test_an_import_with_a_vector_that_is_not_unit_is_refused(
             break
     target = make_store(tmp_path / "target.db")
     with pytest.raises(ImportFormatError, match=rf"line {bad_line} .*not a finite unit vector"):
-        target.import_(io.BytesIO("".join(lines).encode()))
+        target.import_(io.BytesIO(as_data(lines, target)))
     assert target.stats()["chunks"] == 0
 
 
@@ -570,7 +612,7 @@ def test_an_import_with_a_fact_vector_that_is_not_unit_is_refused_and_named(
     with pytest.raises(
         ImportFormatError, match=rf"line {bad_line} .*a fact vector .*not a finite unit vector"
     ):
-        target.import_(io.BytesIO("".join(lines).encode()))
+        target.import_(io.BytesIO(as_data(lines, target)))
     assert target.stats()["facts"] == 0
 
 

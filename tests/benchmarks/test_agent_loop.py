@@ -17,9 +17,10 @@ import elastimem
 from elastimem import Tier
 from elastimem.memory.episodic import Owner
 from elastimem.runtime import queue as jobs
+from elastimem.storage.postgres.database import open_database
 from elastimem.storage.sqlite.database import open_store
 from tests.conftest import HashEmbedder, ScriptedLLM, wait_until
-from tests.rows import connect
+from tests.rows import connect, is_postgres, postgres_url
 
 EXTRACTION = json.dumps(
     {
@@ -33,8 +34,12 @@ LONG = "I spent the whole afternoon repainting the garden fence in teal with my 
 
 def queue_consolidate(mem: elastimem.Elastimem) -> None:
     """Queue a consolidation sweep of this process now, as end_session or the idle sweep
-    would (through the storage layer opened on the store's file, as another instance)."""
-    database = open_store(mem.path, create=False)
+    would (through the storage layer opened on the store's file, or the user's store on
+    PostgreSQL, as another instance)."""
+    if is_postgres(mem):
+        database = open_database(postgres_url(), str(mem.user_id), create=False)
+    else:
+        database = open_store(mem.path, create=False)
     try:
         with database.atomic() as tx:
             jobs.enqueue(tx, "consolidate", Owner.current())
@@ -56,10 +61,8 @@ def test_lite_without_opt_in_makes_zero_llm_calls(make_store: Any, llm: Scripted
     mem = make_store(llm=llm, tier_override="lite", idle_consolidate_seconds=0.05)
     run_session(mem)
     with connect(mem) as conn:  # force a sweep
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5') "
-            "ON CONFLICT(key) DO UPDATE SET value = '5'"
-        )
+        conn.execute("DELETE FROM meta WHERE key = 'writes_since_consolidation'")
+        conn.execute("INSERT INTO meta (key, value) VALUES ('writes_since_consolidation', '5')")
     time.sleep(0.3)
     mem.drain(timeout=10)
     assert llm.calls == []

@@ -11,6 +11,7 @@ import pytest
 
 import elastimem
 from elastimem.guards import REASON_FRAGMENT, REASON_INSTRUCTIONS, guard_lesson
+from tests.exports import moved_to
 from tests.rows import rows
 
 HOSTILE_LESSONS = [
@@ -112,9 +113,8 @@ def test_a_lesson_quarantine_row_survives_export_and_import(make_store: Any, tmp
     assert mem.add_lesson(HOSTILE_LESSONS[0]) is False
     buffer = io.BytesIO()
     mem.export(buffer)
-    buffer.seek(0)
     other = make_store(tmp_path / "other.db")
-    other.import_(buffer)
+    other.import_(io.BytesIO(moved_to(buffer.getvalue(), other)))
     assert [(e["key"], e["source"], e["value"]) for e in other.quarantine_entries()] == [
         ("lesson", "lesson", HOSTILE_LESSONS[0])
     ]

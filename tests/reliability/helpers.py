@@ -13,15 +13,57 @@ CHILD = Path(__file__).with_name("child.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def raw_connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """A plain connection, the way a third-party tool would open the file."""
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+def _rows() -> Any:
+    """tests/rows.py, imported when first needed: child.py imports this module on a path
+    without the repository's root."""
+    from tests import rows
+
+    return rows
+
+
+def _is_postgres(store: Any) -> bool:
+    return not isinstance(store, (str, os.PathLike)) and _rows().is_postgres(store)
+
+
+class _PostgresConnection:
+    """A user's rows on the test's PostgreSQL database, through a connection of the test's
+    own (as the application role, under row-level security): statements written for SQLite,
+    each committed as it runs, like ``raw_connect``'s."""
+
+    def __init__(self, store: Any) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(_rows().postgres_url(), autocommit=True)
+        self._conn.execute("SELECT set_config('elastimem.user_id', %s, false)", (store.user_id,))
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return _rows().postgres_execute(self._conn, sql, params)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def raw_connect(path: Any) -> Any:
+    """A plain connection, the way a third-party tool would open the file (``path``: a file,
+    or an open store; a store on PostgreSQL is reached as its user's rows there)."""
+    if _is_postgres(path):
+        return _PostgresConnection(path)
+    conn = sqlite3.connect(str(getattr(path, "path", path)), isolation_level=None, timeout=30)
     conn.execute("PRAGMA busy_timeout = 30000")
     return conn
 
 
-def integrity(path: str | os.PathLike[str]) -> str:
-    """``PRAGMA integrity_check`` plus ``foreign_key_check``: "ok" or the problems found."""
+def integrity(path: Any) -> str:
+    """``PRAGMA integrity_check`` plus ``foreign_key_check``: "ok" or the problems found.
+    On PostgreSQL the server checks its own pages and enforces every foreign key as it
+    writes: "ok" once the user's rows can be read."""
+    if _is_postgres(path):
+        conn = raw_connect(path)
+        try:
+            conn.execute("SELECT count(*) FROM meta").fetchone()
+        finally:
+            conn.close()
+        return "ok"
     conn = raw_connect(path)
     try:
         rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
@@ -77,7 +119,7 @@ STAT_QUERIES = {
 }
 
 
-def table_counts(path: str | os.PathLike[str]) -> dict[str, int]:
+def table_counts(path: Any) -> dict[str, int]:
     conn = raw_connect(path)
     try:
         return {k: int(conn.execute(sql).fetchone()[0]) for k, sql in STAT_QUERIES.items()}
@@ -88,12 +130,33 @@ def table_counts(path: str | os.PathLike[str]) -> dict[str, int]:
 def stats_mismatches(mem: Any, *, skip: tuple[str, ...] = ()) -> dict[str, tuple[Any, int]]:
     """Keys where ``stats()`` disagrees with a direct count (call with the store quiet)."""
     stats = mem.stats()
-    counts = table_counts(mem.path)
+    counts = table_counts(mem)
     return {k: (stats.get(k), v) for k, v in counts.items() if k not in skip and stats.get(k) != v}
 
 
-def fts_consistent(path: str | os.PathLike[str]) -> bool:
-    """The external-content FTS indexes agree with their tables (vacuously true with FTS off)."""
+# On PostgreSQL: rows whose length in tokens is not the sum of their postings' frequencies.
+_POSTINGS_DISAGREE = (
+    "SELECT count(*) FROM {table} r WHERE r.term_count IS NOT NULL AND r.term_count <> "
+    "(SELECT coalesce(sum(t.tf), 0) FROM {terms} t WHERE t.{ref} = r.id)"
+)
+
+
+def fts_consistent(path: Any) -> bool:
+    """The external-content FTS indexes agree with their tables (vacuously true with FTS off);
+    on PostgreSQL, every row's length in tokens agrees with its keyword postings."""
+    if _is_postgres(path):
+        conn = raw_connect(path)
+        try:
+            return all(
+                conn.execute(_POSTINGS_DISAGREE.format(table=t, terms=terms, ref=ref)).fetchone()[0]
+                == 0
+                for t, terms, ref in (
+                    ("chunks", "chunk_terms", "chunk_id"),
+                    ("facts", "fact_terms", "fact_id"),
+                )
+            )
+        finally:
+            conn.close()
     conn = raw_connect(path)
     try:
         state = conn.execute("SELECT value FROM meta WHERE key = 'fts.state'").fetchone()

@@ -80,9 +80,9 @@ def assert_intact(mem: elastimem.Elastimem, *, drain: bool = True) -> None:
     """Integrity, FTS agreement, fact invariants and stats() against the tables."""
     if drain:
         mem.drain(60)
-    assert integrity(mem.path) == "ok"
-    assert fts_consistent(mem.path)
-    conn = raw_connect(mem.path)
+    assert integrity(mem) == "ok"
+    assert fts_consistent(mem)
+    conn = raw_connect(mem)
     try:
         assert duplicate_live_keys(conn) == []
         assert broken_fact_chains(conn) == 0

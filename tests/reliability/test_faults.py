@@ -107,6 +107,7 @@ def _writer_made_by(open_store: Callable[[], elastimem.Elastimem], monkeypatch: 
     return mem, writers[0]
 
 
+@pytest.mark.sqlite_only  # PRAGMA max_page_count fills a file; a server's disk is the operator's
 def test_disk_full_via_max_page_count(
     make_store: Callable[..., elastimem.Elastimem],
     store_path: Path,

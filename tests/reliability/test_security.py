@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ import pytest
 
 import elastimem
 from elastimem import ConfigError
-from tests.rows import one, rows
+from tests.rows import is_postgres, one, rows
 
 from .doubles import HostLLM, VecEmbedder
 from .helpers import fts_consistent, integrity, raw_connect, stats_mismatches
@@ -38,9 +37,24 @@ SECTION_HEADINGS = (
 )
 
 
-def _schema(path: str | os.PathLike[str]) -> list[tuple[Any, ...]]:
-    conn = raw_connect(path)
+# A PostgreSQL database's schema as the application role sees it: columns, indexes,
+# triggers and row-level security policies.
+_POSTGRES_SCHEMA = (
+    "SELECT table_name, column_name, data_type, column_default FROM information_schema.columns "
+    "WHERE table_schema = current_schema() ORDER BY 1, 2",
+    "SELECT tablename, indexname, indexdef, '' FROM pg_indexes "
+    "WHERE schemaname = current_schema() ORDER BY 1, 2",
+    "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid), '' FROM pg_trigger t "
+    "JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal ORDER BY 1, 2",
+    "SELECT tablename, policyname, qual, with_check FROM pg_policies ORDER BY 1, 2",
+)
+
+
+def _schema(store: Any) -> list[tuple[Any, ...]]:
+    conn = raw_connect(store)
     try:
+        if is_postgres(store):
+            return [tuple(r) for sql in _POSTGRES_SCHEMA for r in conn.execute(sql).fetchall()]
         return conn.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
         ).fetchall()
@@ -51,18 +65,28 @@ def _schema(path: str | os.PathLike[str]) -> list[tuple[Any, ...]]:
 # -- SQL and FTS syntax stays text --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fts", ["fts5", "no_fts"])
 def test_stored_text_never_becomes_sql_or_fts_syntax(
+    make_store: Callable[..., elastimem.Elastimem], figure: Any
+) -> None:
+    stored_text_stays_text(make_store, "fts5", figure)
+
+
+@pytest.mark.sqlite_only  # ELASTIMEM_DISABLE_FTS turns off SQLite's FTS5; PostgreSQL has none
+def test_stored_text_never_becomes_sql_syntax_with_fts_off(
     make_store: Callable[..., elastimem.Elastimem],
     monkeypatch: pytest.MonkeyPatch,
-    fts: str,
     figure: Any,
 ) -> None:
-    if fts == "no_fts":
-        monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")  # the LIKE legs take over
+    monkeypatch.setenv("ELASTIMEM_DISABLE_FTS", "1")  # the LIKE legs take over
+    stored_text_stays_text(make_store, "no_fts", figure)
+
+
+def stored_text_stays_text(
+    make_store: Callable[..., elastimem.Elastimem], fts: str, figure: Any
+) -> None:
     mem = make_store()  # keyword legs only: a vector leg would match anything a little
     assert mem.fts_enabled == (fts == "fts5")
-    schema = _schema(mem.path)
+    schema = _schema(mem)
     payloads = SQL_PAYLOADS + FTS_PAYLOADS
     for i, payload in enumerate(payloads):
         mem.record_turn(f"zebra{i}x {payload}", f"okapi{i}x {payload}")
@@ -95,8 +119,8 @@ def test_stored_text_never_becomes_sql_or_fts_syntax(
     mem.recall("text:tomato chunks_fts:tomato {text}:tomato NEAR(tomato harvest, 0)")
     assert mem.lessons() == ["'); DROP TABLE lessons; --"]
     assert mem.sessions(1)[0]["host_tag"] == "'); DROP TABLE sessions; --"
-    assert _schema(mem.path) == schema
-    assert integrity(mem.path) == "ok" and fts_consistent(mem.path)
+    assert _schema(mem) == schema
+    assert integrity(mem) == "ok" and fts_consistent(mem)
     assert stats_mismatches(mem, skip=("jobs_pending",)) == {}
     figure(f"SQL/FTS payloads stored and recalled verbatim ({fts})", verbatim)
 

@@ -130,17 +130,12 @@ def test_close_drains_and_leaves_unfinished_jobs_ownerless(
     assert mem.pending() == 1  # held
     mem.close()
     extracts = "SELECT owner_pid, state, phase FROM jobs WHERE kind='extract'"
-    assert rows(store_path, extracts) == [(None, "held", "turn")]
+    assert rows(mem, extracts) == [(None, "held", "turn")]
     # The next open closes the ownerless session as an orphan: the held job is released
     # (phase session_end) and adopted; with no LLM at LITE it goes back to held.
-    with elastimem.Elastimem(
-        str(store_path),
-        disable_builtin_embedder=True,
-        tier_override="lite",
-        lite_llm_extraction=True,
-    ) as again:
-        again.drain(timeout=2)
-        assert rows(again, extracts) == [(os.getpid(), "held", "session_end")]
+    again = make_store(store_path, tier_override="lite", lite_llm_extraction=True)
+    again.drain(timeout=2)
+    assert rows(again, extracts) == [(os.getpid(), "held", "session_end")]
 
 
 def test_closing_one_of_two_instances_leaves_their_shared_jobs_alone(
@@ -221,7 +216,7 @@ def test_two_instances_closing_at_once_hand_their_jobs_over(
     for thread in closers:
         thread.join(60)
     left = rows(
-        store_path,
+        first,
         "SELECT kind FROM jobs WHERE owner_pid = ? AND state <> 'failed'",
         (os.getpid(),),
     )
