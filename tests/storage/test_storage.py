@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import elastimem
 from elastimem.errors import StoreClosedError, StoreError, StoreLockedError
+from elastimem.storage.meta import EVENTS_KEPT
 from elastimem.storage.sqlite import database as db
-from elastimem.storage.sqlite.meta import EVENTS_KEPT
 from elastimem.text import sanitize
 from tests.rows import one, rows
 

@@ -19,12 +19,41 @@ and id, all descending.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..values import Fact
 
 # A live fact as build_context reads it: (id, key, value, category, importance, valid_from).
 LiveFactRow = tuple[int, str, str, str, float, str]
+
+
+# Shown order: profile first, then importance, valid_from and id, all descending.
+SHOWN_ORDER = "category = 'profile' DESC, importance DESC, valid_from DESC, id DESC"
+SHOWN = "invalidated_at IS NULL AND archived = 0"
+FACT_COLUMNS = (
+    "id, key, value, category, source, importance, valid_from, invalidated_at, archived, "
+    "created_at, invalidated_by, last_accessed_at, access_count"
+)
+QUARANTINE_KEYS = ("ts", "key", "value", "reason", "source")
+
+
+def fact_from_row(row: Sequence[Any]) -> Fact:
+    """A fact from a row of ``FACT_COLUMNS``."""
+    return Fact(
+        id=int(row[0]),
+        key=str(row[1]),
+        value=str(row[2]),
+        category=str(row[3]),
+        source=str(row[4]),
+        importance=float(row[5]),
+        valid_from=str(row[6]),
+        invalidated_at=row[7],
+        archived=bool(row[8]),
+        created_at=row[9],
+        invalidated_by=row[10],
+        last_accessed_at=row[11],
+        access_count=int(row[12]),
+    )
 
 
 class LiveVersion(NamedTuple):

@@ -12,9 +12,28 @@ transcript chunk. The graph also reads fact texts (the graph leg scores facts na
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+# The canonical name of the one node of type ``self`` (the user).
+SELF_NODE_NAME = "@self"
+
+
+def load_aliases(raw: object) -> tuple[str, ...]:
+    """The aliases stored as a JSON list; anything unreadable is no aliases."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return ()
+    if not isinstance(value, list):
+        return ()
+    return tuple(a for a in value if isinstance(a, str) and a)
+
+
+def dump_aliases(aliases: Sequence[str]) -> str:
+    return json.dumps(list(aliases), ensure_ascii=False)
 
 
 @dataclass(frozen=True)

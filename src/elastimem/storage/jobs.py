@@ -15,9 +15,19 @@ write transaction already excludes other writers).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+
+def load_payload(text: object) -> dict[str, Any]:
+    """A job's payload; ``{}`` when it is not a JSON object."""
+    try:
+        value = json.loads(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class JobOwner(Protocol):

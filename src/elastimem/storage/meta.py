@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
+# The audit log keeps the newest EVENTS_KEPT rows.
+EVENTS_KEPT = 1000
+
+# Keys under which each backend keeps a fresh random value that changes with any change to what
+# a cache reads: of the facts (build_context's facts), of the graph leg, of the fact vectors.
+FACTS_STAMP_KEY = "facts.stamp"
+GRAPH_STAMP_KEY = "graph.stamp"
+FACT_VECTORS_STAMP_KEY = "fact_vectors.stamp"
+
 
 class MetaRows(Protocol):
     """The ``meta`` key/value table and the ``events`` audit log."""

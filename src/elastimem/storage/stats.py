@@ -26,6 +26,30 @@ COUNT_KEYS = (
 )
 
 
+# The statement of each count, the same on both backends (confined to a user by row-level
+# security on PostgreSQL).
+COUNT_STATEMENTS = {
+    "facts": "SELECT count(*) FROM facts WHERE invalidated_at IS NULL AND archived = 0",
+    "fact_versions": "SELECT count(*) FROM facts",
+    "archived_facts": "SELECT count(*) FROM facts WHERE archived = 1 AND invalidated_at IS NULL",
+    "sessions": "SELECT count(*) FROM sessions",
+    "open_sessions": "SELECT count(*) FROM sessions WHERE ended_at IS NULL",
+    "messages": "SELECT count(*) FROM messages",
+    "chunks": "SELECT count(*) FROM chunks",
+    "lessons": "SELECT count(*) FROM lessons WHERE archived = 0",
+    "quarantine": "SELECT count(*) FROM quarantine",
+    "graph_nodes": "SELECT count(*) FROM graph_nodes WHERE type <> 'self'",
+    "graph_edges": "SELECT count(*) FROM graph_edges",
+    "jobs_pending": "SELECT count(*) FROM jobs WHERE state IN ('queued', 'held', 'running')",
+    "jobs_failed": "SELECT count(*) FROM jobs WHERE state = 'failed'",
+}
+
+
+def like_prefix(prefix: str) -> str:
+    """A LIKE pattern for values starting with ``prefix`` (its wildcards taken literally)."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 class StatsRows(Protocol):
     """Counts and sizes for ``stats()`` and the governor."""
 

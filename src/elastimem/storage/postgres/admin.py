@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..admin import AdminRows, StoreUpkeep
-from ..sqlite.migrations import SELF_NODE_NAME
+from ..graph import SELF_NODE_NAME
 from .graph import PostgresGraphRows
 from .schema import ID_TABLES, TABLES, TERM_TOTALS_KEYS, USER_TABLES
 from .terms import fact_text, posting_rows, terms_of

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..fact_vectors import FactVectorRows
-from ..sqlite.migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
+from ..meta import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
 from .sql import limit as _limit
 
 _LIVE = "f.user_id = %s AND f.invalidated_at IS NULL AND f.archived = 0"

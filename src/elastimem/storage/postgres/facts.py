@@ -15,9 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreError
 from ...values import Fact
-from ..facts import DecayCandidate, FactRows, LiveFactRow, LiveVersion, Replacement
-from ..sqlite.facts import _FACT_COLUMNS, _QUARANTINE_KEYS, _SHOWN, _SHOWN_ORDER, _fact
-from ..sqlite.migrations import FACTS_STAMP_KEY
+from ..facts import (
+    FACT_COLUMNS,
+    QUARANTINE_KEYS,
+    SHOWN,
+    SHOWN_ORDER,
+    DecayCandidate,
+    FactRows,
+    LiveFactRow,
+    LiveVersion,
+    Replacement,
+    fact_from_row,
+)
+from ..meta import FACTS_STAMP_KEY
 from .terms import fact_text, posting_rows, terms_of
 
 # The columns above are plain SQL both backends read alike; every statement here adds the
@@ -161,23 +171,23 @@ class PostgresFactRows:
 
     def shown_facts(self) -> list[Fact]:
         rows = self._conn.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = %s AND {_SHOWN} "
-            f"ORDER BY {_SHOWN_ORDER}",
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = %s AND {SHOWN} "
+            f"ORDER BY {SHOWN_ORDER}",
             (self._user,),
         ).fetchall()
-        return [_fact(r) for r in rows]
+        return [fact_from_row(r) for r in rows]
 
     def shown_rows(self) -> list[LiveFactRow]:
         rows = self._conn.execute(
             "SELECT id, key, value, category, importance, valid_from FROM facts "
-            f"WHERE user_id = %s AND {_SHOWN} ORDER BY {_SHOWN_ORDER}",
+            f"WHERE user_id = %s AND {SHOWN} ORDER BY {SHOWN_ORDER}",
             (self._user,),
         ).fetchall()
         return [tuple(r) for r in rows]
 
     def shown_values(self) -> dict[str, str]:
         rows = self._conn.execute(
-            f"SELECT key, value FROM facts WHERE user_id = %s AND {_SHOWN} ORDER BY {_SHOWN_ORDER}",
+            f"SELECT key, value FROM facts WHERE user_id = %s AND {SHOWN} ORDER BY {SHOWN_ORDER}",
             (self._user,),
         ).fetchall()
         return {str(k): str(v) for k, v in rows}
@@ -200,16 +210,16 @@ class PostgresFactRows:
 
     def history(self, key: str) -> list[Fact]:
         rows = self._conn.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE user_id = %s AND key = %s "
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE user_id = %s AND key = %s "
             "ORDER BY valid_from, id",
             (self._user, key),
         ).fetchall()
-        return [_fact(r) for r in rows]
+        return [fact_from_row(r) for r in rows]
 
     def decay_candidates(self, below_importance: float) -> list[DecayCandidate]:
         rows = self._conn.execute(
             "SELECT id, importance, valid_from, last_accessed_at, access_count FROM facts "
-            f"WHERE user_id = %s AND {_SHOWN} AND importance < %s",
+            f"WHERE user_id = %s AND {SHOWN} AND importance < %s",
             (self._user, below_importance),
         ).fetchall()
         return [DecayCandidate(int(r[0]), float(r[1]), str(r[2]), r[3], int(r[4])) for r in rows]
@@ -278,7 +288,7 @@ class PostgresFactRows:
             "ORDER BY id DESC LIMIT %s",
             (self._user, max(0, n)),
         ).fetchall()
-        return [dict(zip(_QUARANTINE_KEYS, row)) for row in reversed(rows)]
+        return [dict(zip(QUARANTINE_KEYS, row)) for row in reversed(rows)]
 
     # -- h15 (runtime branch, not yet on redesign): the query path and the job handlers -------
 

@@ -19,9 +19,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import StoreError
-from ..graph import GraphNode, GraphRows
-from ..sqlite.graph import dump_aliases, load_aliases
-from ..sqlite.migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, SELF_NODE_NAME
+from ..graph import SELF_NODE_NAME, GraphNode, GraphRows, dump_aliases, load_aliases
+from ..meta import FACTS_STAMP_KEY, GRAPH_STAMP_KEY
 from .sql import limit as _limit
 from .terms import holds_phrase, token_lists
 

@@ -18,8 +18,7 @@ import json
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from ..jobs import Job, JobOwner, JobRows
-from ..sqlite.jobs import load_payload
+from ..jobs import Job, JobOwner, JobRows, load_payload
 from .sql import limit as _limit
 
 

@@ -7,8 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ...clock import now_ts
-from ..meta import MetaRows
-from ..sqlite.meta import EVENTS_KEPT
+from ..meta import EVENTS_KEPT, MetaRows
 
 SCHEMA_VERSION_KEY = "schema_version"
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..sqlite.stats import _COUNTS, _like_prefix
-from ..stats import StatsRows
+from ..stats import COUNT_STATEMENTS, StatsRows, like_prefix
 from .schema import USER_TABLES
 
 # The user's rows of every table, one statement: (table's rows' bytes) summed.
@@ -26,7 +25,7 @@ _ROW_BYTES = " UNION ALL ".join(
 
 
 def _scoped(sql: str) -> str:
-    """A count of ``_COUNTS`` (plain SQL both backends read alike) for one user."""
+    """A count of ``COUNT_STATEMENTS`` (plain SQL both backends read alike) for one user."""
     if " WHERE " in sql:
         return sql.replace(" WHERE ", " WHERE user_id = %s AND ", 1)
     return sql + " WHERE user_id = %s"
@@ -46,9 +45,11 @@ class PostgresStatsRows:
         return int(self._conn.execute(sql, (self._user, *params)).fetchone()[0] or 0)
 
     def counts(self) -> dict[str, int]:
-        selects = ", ".join(f"({_scoped(sql)})" for sql in _COUNTS.values())
-        row = self._conn.execute(f"SELECT {selects}", [self._user] * len(_COUNTS)).fetchone()
-        return {key: int(value) for key, value in zip(_COUNTS, row, strict=True)}
+        selects = ", ".join(f"({_scoped(sql)})" for sql in COUNT_STATEMENTS.values())
+        row = self._conn.execute(
+            f"SELECT {selects}", [self._user] * len(COUNT_STATEMENTS)
+        ).fetchone()
+        return {key: int(value) for key, value in zip(COUNT_STATEMENTS, row, strict=True)}
 
     def most_common_vector_model(self, prefix: str = "") -> str | None:
         row = self._conn.execute(
@@ -56,14 +57,14 @@ class PostgresStatsRows:
             "WHERE user_id = %(user)s UNION ALL SELECT embedding_model FROM fact_vectors "
             "WHERE user_id = %(user)s) m WHERE embedding_model LIKE %(like)s ESCAPE '\\' "
             "GROUP BY embedding_model ORDER BY count(*) DESC, embedding_model LIMIT 1",
-            {"user": self._user, "like": _like_prefix(prefix)},
+            {"user": self._user, "like": like_prefix(prefix)},
         ).fetchone()
         return str(row[0]) if row else None
 
     def has_recorded_embedder(self, prefix: str) -> bool:
         row = self._conn.execute(
             "SELECT 1 FROM meta WHERE user_id = %s AND key LIKE %s ESCAPE '\\' LIMIT 1",
-            (self._user, _like_prefix("embedder." + prefix)),
+            (self._user, like_prefix("embedder." + prefix)),
         ).fetchone()
         return row is not None
 

@@ -7,7 +7,7 @@ import sqlite3
 
 import numpy as np
 
-from .migrations import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
+from ..meta import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY
 
 
 class SqliteFactVectorRows:

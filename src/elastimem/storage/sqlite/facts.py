@@ -9,39 +9,23 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...errors import StoreError
 from ...values import Fact
-from ..facts import DecayCandidate, FactRows, LiveFactRow, LiveVersion, Replacement
-from .migrations import FACTS_STAMP_KEY
-
-# Shown order: profile first, then importance, valid_from and id, all descending.
-_SHOWN_ORDER = "category = 'profile' DESC, importance DESC, valid_from DESC, id DESC"
-_SHOWN = "invalidated_at IS NULL AND archived = 0"
-_FACT_COLUMNS = (
-    "id, key, value, category, source, importance, valid_from, invalidated_at, archived, "
-    "created_at, invalidated_by, last_accessed_at, access_count"
+from ..facts import (
+    FACT_COLUMNS,
+    QUARANTINE_KEYS,
+    SHOWN,
+    SHOWN_ORDER,
+    DecayCandidate,
+    FactRows,
+    LiveFactRow,
+    LiveVersion,
+    Replacement,
+    fact_from_row,
 )
-_QUARANTINE_KEYS = ("ts", "key", "value", "reason", "source")
-
-
-def _fact(row: Sequence[Any]) -> Fact:
-    return Fact(
-        id=int(row[0]),
-        key=str(row[1]),
-        value=str(row[2]),
-        category=str(row[3]),
-        source=str(row[4]),
-        importance=float(row[5]),
-        valid_from=str(row[6]),
-        invalidated_at=row[7],
-        archived=bool(row[8]),
-        created_at=row[9],
-        invalidated_by=row[10],
-        last_accessed_at=row[11],
-        access_count=int(row[12]),
-    )
+from ..meta import FACTS_STAMP_KEY
 
 
 def _marks(n: int) -> str:
@@ -149,19 +133,19 @@ class SqliteFactRows:
 
     def shown_facts(self) -> list[Fact]:
         rows = self._conn.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE {_SHOWN} ORDER BY {_SHOWN_ORDER}"
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE {SHOWN} ORDER BY {SHOWN_ORDER}"
         ).fetchall()
-        return [_fact(r) for r in rows]
+        return [fact_from_row(r) for r in rows]
 
     def shown_rows(self) -> list[LiveFactRow]:
         return self._conn.execute(
             "SELECT id, key, value, category, importance, valid_from FROM facts "
-            f"WHERE {_SHOWN} ORDER BY {_SHOWN_ORDER}"
+            f"WHERE {SHOWN} ORDER BY {SHOWN_ORDER}"
         ).fetchall()
 
     def shown_values(self) -> dict[str, str]:
         rows = self._conn.execute(
-            f"SELECT key, value FROM facts WHERE {_SHOWN} ORDER BY {_SHOWN_ORDER}"
+            f"SELECT key, value FROM facts WHERE {SHOWN} ORDER BY {SHOWN_ORDER}"
         ).fetchall()
         return {str(k): str(v) for k, v in rows}
 
@@ -185,14 +169,14 @@ class SqliteFactRows:
 
     def history(self, key: str) -> list[Fact]:
         rows = self._conn.execute(
-            f"SELECT {_FACT_COLUMNS} FROM facts WHERE key = ? ORDER BY valid_from, id", (key,)
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE key = ? ORDER BY valid_from, id", (key,)
         ).fetchall()
-        return [_fact(r) for r in rows]
+        return [fact_from_row(r) for r in rows]
 
     def decay_candidates(self, below_importance: float) -> list[DecayCandidate]:
         rows = self._conn.execute(
             "SELECT id, importance, valid_from, last_accessed_at, access_count FROM facts "
-            f"WHERE {_SHOWN} AND importance < ?",
+            f"WHERE {SHOWN} AND importance < ?",
             (below_importance,),
         ).fetchall()
         return [DecayCandidate(int(r[0]), float(r[1]), str(r[2]), r[3], int(r[4])) for r in rows]
@@ -249,7 +233,7 @@ class SqliteFactRows:
             "SELECT ts, key, value, reason, source FROM quarantine ORDER BY id DESC LIMIT ?",
             (max(0, n),),
         ).fetchall()
-        return [dict(zip(_QUARANTINE_KEYS, row)) for row in reversed(rows)]
+        return [dict(zip(QUARANTINE_KEYS, row)) for row in reversed(rows)]
 
     # -- h15: reads and writes of the query path (retrieval) and the job handlers ----------
 

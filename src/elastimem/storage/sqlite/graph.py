@@ -14,14 +14,14 @@ parameter limit; callers pass plain lists of any length.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ...errors import StoreError
-from ..graph import GraphNode
-from .migrations import FACTS_STAMP_KEY, GRAPH_STAMP_KEY, ensure_self_node
+from ..graph import GraphNode, dump_aliases, load_aliases
+from ..meta import FACTS_STAMP_KEY, GRAPH_STAMP_KEY
+from .migrations import ensure_self_node
 
 PARAM_BATCH = 500
 
@@ -42,21 +42,6 @@ _NEWEST_FACT_COLUMNS = (
     "(SELECT max(id) FROM facts), (SELECT key FROM facts ORDER BY id DESC LIMIT 1), "
     "(SELECT value FROM facts ORDER BY id DESC LIMIT 1)"
 )
-
-
-def load_aliases(raw: object) -> tuple[str, ...]:
-    """The aliases stored as a JSON list; anything unreadable is no aliases."""
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else []
-    except ValueError:
-        return ()
-    if not isinstance(value, list):
-        return ()
-    return tuple(a for a in value if isinstance(a, str) and a)
-
-
-def dump_aliases(aliases: Sequence[str]) -> str:
-    return json.dumps(list(aliases), ensure_ascii=False)
 
 
 def _padded(ids: Sequence[int]) -> list[int]:

@@ -11,16 +11,7 @@ import sqlite3
 from collections.abc import Collection
 from typing import Any
 
-from ..jobs import Job, JobOwner
-
-
-def load_payload(text: object) -> dict[str, Any]:
-    """A job's payload; ``{}`` when it is not a JSON object."""
-    try:
-        value = json.loads(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+from ..jobs import Job, JobOwner, load_payload
 
 
 def _marks(values: Collection[object]) -> str:

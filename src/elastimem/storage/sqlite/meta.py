@@ -7,9 +7,7 @@ import json
 import sqlite3
 
 from ...clock import now_ts
-
-# The audit log keeps the newest EVENTS_KEPT rows.
-EVENTS_KEPT = 1000
+from ..meta import EVENTS_KEPT
 
 
 class SqliteMetaRows:

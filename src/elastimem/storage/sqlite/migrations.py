@@ -42,9 +42,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ...clock import canonicalize_legacy_ts, now_ts
+from ..graph import SELF_NODE_NAME
+from ..meta import FACT_VECTORS_STAMP_KEY, FACTS_STAMP_KEY, GRAPH_STAMP_KEY
 
 CURRENT_SCHEMA_VERSION = 7
-SELF_NODE_NAME = "@self"
 
 # One statement per table, in foreign-key order. The text is the schema contract: keep the
 # layout stable, since the schema test compares it byte for byte.
@@ -272,7 +273,6 @@ Step = Callable[[sqlite3.Connection], None]
 
 # Any change to what build_context reads of the facts gives ``facts.stamp`` a new value
 # (see the module doc); access counts and times (the touch) leave it alone.
-FACTS_STAMP_KEY = "facts.stamp"
 _NEW_STAMP = (
     f"INSERT OR REPLACE INTO meta (key, value) VALUES ('{FACTS_STAMP_KEY}', hex(randomblob(8)))"
 )
@@ -286,7 +286,6 @@ TRIGGERS_V5: tuple[str, ...] = (
 # Any change to what the graph leg of a query reads gives ``graph.stamp`` a new value (see the
 # module doc). Node upserts touch ``confidence`` (so they change it), but the bookkeeping
 # columns alone (``updated_at``, counts, importance, names, clusters) leave it alone.
-GRAPH_STAMP_KEY = "graph.stamp"
 _NEW_GRAPH_STAMP = (
     f"INSERT OR REPLACE INTO meta (key, value) VALUES ('{GRAPH_STAMP_KEY}', hex(randomblob(8)))"
 )
@@ -319,7 +318,6 @@ TABLES_V7: dict[str, str] = {
     embedding BLOB NOT NULL
 )""",
 }
-FACT_VECTORS_STAMP_KEY = "fact_vectors.stamp"
 _NEW_FACT_VECTORS_STAMP = (
     f"INSERT OR REPLACE INTO meta (key, value) VALUES ('{FACT_VECTORS_STAMP_KEY}', "
     "hex(randomblob(8)))"

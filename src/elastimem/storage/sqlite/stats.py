@@ -5,23 +5,8 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from ..stats import COUNT_STATEMENTS, like_prefix
 from . import files
-
-_COUNTS = {
-    "facts": "SELECT count(*) FROM facts WHERE invalidated_at IS NULL AND archived = 0",
-    "fact_versions": "SELECT count(*) FROM facts",
-    "archived_facts": "SELECT count(*) FROM facts WHERE archived = 1 AND invalidated_at IS NULL",
-    "sessions": "SELECT count(*) FROM sessions",
-    "open_sessions": "SELECT count(*) FROM sessions WHERE ended_at IS NULL",
-    "messages": "SELECT count(*) FROM messages",
-    "chunks": "SELECT count(*) FROM chunks",
-    "lessons": "SELECT count(*) FROM lessons WHERE archived = 0",
-    "quarantine": "SELECT count(*) FROM quarantine",
-    "graph_nodes": "SELECT count(*) FROM graph_nodes WHERE type <> 'self'",
-    "graph_edges": "SELECT count(*) FROM graph_edges",
-    "jobs_pending": "SELECT count(*) FROM jobs WHERE state IN ('queued', 'held', 'running')",
-    "jobs_failed": "SELECT count(*) FROM jobs WHERE state = 'failed'",
-}
 
 
 class SqliteStatsRows:
@@ -36,21 +21,21 @@ class SqliteStatsRows:
         return int(self._conn.execute(sql, params).fetchone()[0])
 
     def counts(self) -> dict[str, int]:
-        return {key: self._one(sql) for key, sql in _COUNTS.items()}
+        return {key: self._one(sql) for key, sql in COUNT_STATEMENTS.items()}
 
     def most_common_vector_model(self, prefix: str = "") -> str | None:
         row = self._conn.execute(
             "SELECT embedding_model FROM (SELECT embedding_model FROM chunks UNION ALL "
             "SELECT embedding_model FROM fact_vectors) WHERE embedding_model LIKE ? "
             "ESCAPE '\\' GROUP BY embedding_model ORDER BY count(*) DESC LIMIT 1",
-            (_like_prefix(prefix),),
+            (like_prefix(prefix),),
         ).fetchone()
         return str(row[0]) if row else None
 
     def has_recorded_embedder(self, prefix: str) -> bool:
         row = self._conn.execute(
             "SELECT 1 FROM meta WHERE key LIKE ? ESCAPE '\\' LIMIT 1",
-            (_like_prefix("embedder." + prefix),),
+            (like_prefix("embedder." + prefix),),
         ).fetchone()
         return row is not None
 
@@ -103,8 +88,3 @@ class SqliteStatsRows:
     def file_mode(self) -> str | None:
         path = self._path()
         return files.file_mode(path) if path else None
-
-
-def _like_prefix(prefix: str) -> str:
-    """A LIKE pattern for values starting with ``prefix`` (its wildcards taken literally)."""
-    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
