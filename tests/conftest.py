@@ -217,19 +217,25 @@ def pgvector_server() -> Iterator[pg_server.PgServer]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def pgvector_url(pgvector_server: pg_server.PgServer) -> str:
-    """A database of the pgvector server where the superuser ran ``CREATE EXTENSION vector``
-    before the schema was created, addressed as the application role (as ``postgres_url``)."""
+def pgvector_database(server: pg_server.PgServer) -> str:
+    """A new database of the pgvector ``server`` where the superuser ran ``CREATE EXTENSION
+    vector`` and then created the schema; returns its superuser address."""
     import psycopg
 
     from elastimem.storage.postgres import migrations
 
-    admin_url = pgvector_server.create_database("elastimem_pgvector")
+    admin_url = server.create_database("elastimem_pgvector")
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION vector")
         migrations.ensure_schema(conn, "the pgvector test database")
-    url = pgvector_server.app_url(admin_url)
+    return admin_url
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(pgvector_server: pg_server.PgServer) -> str:
+    """A database of the pgvector server (``pgvector_database``) addressed as the
+    application role (as ``postgres_url``), shared by the session."""
+    url = pgvector_server.app_url(pgvector_database(pgvector_server))
     rows.POSTGRES_URLS.insert(0, url)  # the last stays postgres_url's (rows.postgres_url)
     return url
 
