@@ -48,6 +48,7 @@ def postgres_url(store: Any = None) -> str:
         for url in POSTGRES_URLS:
             if redact(url) == str(store.path):
                 return url
+        raise RuntimeError(f"no PostgreSQL test database registered for {store.path}")
     return POSTGRES_URLS[-1]
 
 

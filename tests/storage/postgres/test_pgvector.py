@@ -136,9 +136,8 @@ def test_vector_text_round_trips_through_pgvector(pgvector_url: str) -> None:
     values = values.astype("<f4")
     with psycopg.connect(pgvector_url) as conn:
         text = conn.execute("SELECT %s::vector::text", (vector_text(values),)).fetchone()[0]
-        decoded = conn.execute(
-            "SELECT elastimem_vector(%s)::text", (values.tobytes(),)
-        ).fetchone()[0]
+        row = conn.execute("SELECT elastimem_vector(%s)::text", (values.tobytes(),)).fetchone()
+    decoded = row[0]
     back = np.asarray([float(x) for x in text.strip("[]").split(",")], dtype="<f4")
     assert back.tobytes() == values.tobytes()
     assert decoded == text  # the trigger's SQL decoding gives the same vector
@@ -257,9 +256,7 @@ def _v1_database(server: pg_server.PgServer, *, extension: bool) -> str:
         conn.execute(schema.TABLES[schema.LEDGER_TABLE])
         for statement in schema.create_statements():
             conn.execute(statement)
-        conn.execute(
-            f"INSERT INTO {schema.LEDGER_TABLE} (version, applied_at) VALUES (1, 'then')"
-        )
+        conn.execute(f"INSERT INTO {schema.LEDGER_TABLE} (version, applied_at) VALUES (1, 'then')")
     return admin_url
 
 
