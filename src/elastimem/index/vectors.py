@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -94,6 +95,9 @@ IN_DATABASE_EXTRA_ROWS = 16
 # query above, at least pgvector's default 40 and at most its limit 1000.
 PGVECTOR_MIN_EF_SEARCH = 40
 PGVECTOR_MAX_EF_SEARCH = 1000
+# How long the list of the database's HNSW indexes is trusted (a catalog query otherwise
+# on every search); an index an operator creates is used within this many seconds.
+HNSW_DIMS_TTL_SECONDS = 60.0
 
 
 class Filters(Protocol):
@@ -156,6 +160,7 @@ class VectorIndex:
         self._stale_checked: set[tuple[str, int]] = set()
         self._scorer = RowScorer()
         self._in_database_path: str | None = None  # how the last in-database search ran
+        self._hnsw_dims: tuple[float, frozenset[int]] | None = None  # (read at, dims)
         self._reset(None, None)
 
     def close(self) -> None:
@@ -528,7 +533,10 @@ class VectorIndex:
         return _nearest_exact(conn, query, label, dim, filters, n)
 
     def _wants_pgvector_hnsw(self, conn: Tx, label: str, dim: int) -> bool:
-        if dim not in conn.vectors.hnsw_dims():
+        now = time.monotonic()
+        if self._hnsw_dims is None or now - self._hnsw_dims[0] > HNSW_DIMS_TTL_SECONDS:
+            self._hnsw_dims = (now, conn.vectors.hnsw_dims())
+        if dim not in self._hnsw_dims[1]:
             return False
         if self._config.vector_backend == "hnsw":
             return True

@@ -132,7 +132,7 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> int:
     version = schema_version(conn)
     _refuse_newer(version, where)
     if version == CURRENT_SCHEMA_VERSION:
-        if needs_pgvector(conn):
+        if where not in _pgvector_refused and needs_pgvector(conn):
             _add_pgvector_late(conn, where)
         return version
     if version is None and not create:
@@ -159,10 +159,14 @@ def ensure_schema(conn: Any, where: str, *, create: bool = True) -> int:
     return CURRENT_SCHEMA_VERSION
 
 
+# Addresses where this role may not add the pgvector part: tried (and warned about) once.
+_pgvector_refused: set[str] = set()
+
+
 def _add_pgvector_late(conn: Any, where: str) -> None:
     """Add the pgvector part to a current schema whose database gained the extension since.
     A role that may not change the schema (not its owner) opens the store all the same,
-    without the in-database vector search, and is told who can add it."""
+    without the in-database vector search, and is told once who can add it."""
     from psycopg import errors as pg_errors
 
     try:
@@ -172,6 +176,7 @@ def _add_pgvector_late(conn: Any, where: str) -> None:
                 filled = add_pgvector(conn)
                 logger.info("%s: added the pgvector copy of %d chunk vectors", where, filled)
     except pg_errors.InsufficientPrivilege as exc:
+        _pgvector_refused.add(where)
         logger.warning(
             "%s has the vector extension but elastimem's schema has no pgvector column yet, "
             "and this role may not add it (%s); open it once as the schema's owner to add "
