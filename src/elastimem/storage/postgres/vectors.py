@@ -90,8 +90,10 @@ class PostgresVectorRows:
         if not self._pgvector:
             raise NotImplementedError("this database has no pgvector copy of the vectors")
         dim = int(dim)
-        where = "embedding_model = %s AND embedding_dim = %s AND embedding_vec IS NOT NULL"
-        params: list[Any] = [label, dim]
+        # The size as a literal: the HNSW index of a size is partial (WHERE embedding_dim =
+        # its size), and the planner can use it only where it sees the value.
+        where = f"embedding_model = %s AND embedding_dim = {dim} AND embedding_vec IS NOT NULL"
+        params: list[Any] = [label]
         if exclude_session is not None:
             where += " AND session_id <> %s"
             params.append(exclude_session)
@@ -105,15 +107,19 @@ class PostgresVectorRows:
             # Exact: a scan of the user's rows (no HNSW index is on this expression).
             distance = "embedding_vec <=> %s::vector"
         else:
-            # The expression and predicate of the partial HNSW index of this dimension.
+            # The expression of the HNSW index of this size.
             distance = f"embedding_vec::vector({dim}) <=> %s::vector({dim})"
             self._conn.execute(
                 "SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),)
             )
+        # Never prepared: a generic plan, made without the user's id, would pick one path
+        # for every user (a scan of every user's rows even for a small user); each search
+        # is planned with its own values.
         rows = self._conn.execute(
             f"SELECT id, embedding, {distance} FROM chunks WHERE user_id = %s AND {where} "
             f"ORDER BY {distance} LIMIT %s",
             (vector_text(query), self._user, *params, vector_text(query), int(limit)),
+            prepare=False,
         ).fetchall()
         count = len(rows)
         ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=count)
