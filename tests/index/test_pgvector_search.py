@@ -89,6 +89,8 @@ def test_the_exact_search_runs_in_the_database_with_the_reference_answers(
                 got = search(index, database, query, n, filters)
                 assert got == expected, (filters, n)
                 assert search(resident, database, query, n, filters) == got
+    longer = 2.5 * vectors[1]  # a query not of unit length: the cut still holds
+    assert search(index, database, longer, 7) == reference(database, longer, 7)
     assert index.backend_name() == "pgvector"
     assert index.resident_rows == 0 and index.resident_bytes == 0
     assert resident.backend_name() == "numpy" and resident.resident_rows == 160

@@ -783,6 +783,8 @@ def _nearest_exact(
     Results are those of the resident search, ids and scores."""
     limit = n + IN_DATABASE_EXTRA_ROWS
     margin = _pgvector_margin(dim)
+    # pgvector divides by the query's length, the exact score does not (a unit query: 1).
+    length = float(np.sqrt(np.add.reduce(np.asarray(query, dtype=np.float64) ** 2)))
     while True:
         ids, distances, vectors = conn.vectors.nearest(
             label,
@@ -796,7 +798,8 @@ def _nearest_exact(
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
         if ids.size < limit:
             break  # every row passing the filters was fetched
-        if best_scores.size == n and 1.0 - float(distances[-1]) + margin < best_scores[-1]:
+        bound = length * (1.0 - float(distances[-1]) + margin)  # of any row not fetched
+        if best_scores.size == n and bound < best_scores[-1]:
             break
         limit *= 4
     return _in_database_hits(conn, label, dim, best_ids, best_scores)
