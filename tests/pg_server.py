@@ -7,6 +7,10 @@ the tests run as root, since PostgreSQL refuses to run as root), its own free po
 and its own socket folder, and it is stopped and removed at the end. Where neither can be had,
 ``start`` raises ``PgUnavailable`` with the reason, and the PostgreSQL half of the tests skips.
 
+The pgvector tests start a second private server the same way from the binaries of the
+``pgserver`` wheel (PostgreSQL 16.2 with pgvector 0.6.2; ``pgvector_bin_dir``), whatever
+``ELASTIMEM_TEST_PG_URL`` says.
+
 Tests connect as two roles: the superuser (schema creation, test databases) and ``APP_ROLE``,
 a login role without SUPERUSER or BYPASSRLS, so row-level security binds it as it binds an
 application.
