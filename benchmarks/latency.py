@@ -40,8 +40,14 @@ as medians/p95 with the PostgreSQL/SQLite ratio. ``--pg-url`` names the server (
 the role may create the schema in); without it a private PostgreSQL 15 is started for the run
 (tests/pg_server.py) and removed afterwards.
 
+With pgvector on the server (``--pgvector`` starts a private PostgreSQL 16 with it; a
+``--pg-url`` database needs ``CREATE EXTENSION vector`` run by a superuser first), hybrid
+recall and the vector leg are also timed with ``vector_backend="auto"``, where PostgreSQL
+searches in the database; the path it took is printed.
+
     python benchmarks/latency.py --backend postgres --sizes 10000 --queries 200
     python benchmarks/latency.py --backend postgres --pg-url postgresql://app@db/memory
+    python benchmarks/latency.py --backend postgres --pgvector --sizes 10000
 """
 
 from __future__ import annotations
@@ -536,6 +542,10 @@ COMPARED = (
     ("keyword", "keyword recall"),
     ("hybrid", "hybrid recall"),
     ("vector", "vector leg"),
+    # vector_backend "auto": where the server has pgvector, PostgreSQL searches in the
+    # database (row "postgres_vector_path"); SQLite's auto is numpy below ann_min_rows.
+    ("hybrid_auto", "hybrid recall, auto"),
+    ("vector_auto", "vector leg, auto"),
 )
 
 
@@ -638,6 +648,27 @@ def run_compare(
         row["sqlite_rss_mb"] = row["postgres_rss_mb"] = rss_mb()
     finally:
         close_all(stores)
+
+    stores = open_all(embedder=embedder)  # vector_backend "auto"
+    try:
+        for mem in stores.values():
+            mem.recall(queries[0] + " first", 5)
+            settle(mem)
+        path = stores["postgres"].stats()["vector_backend"]
+        row["postgres_vector_path"] = path
+        print(f"  postgres vector leg (auto): {path}", file=sys.stderr)
+        if str(path).startswith("pgvector"):
+            calls = {name: (lambda q, m=mem: m.recall(q, 5)) for name, mem in stores.items()}
+            record(row, "hybrid_auto", alternate(calls, queries))
+            vector_calls = {
+                name: (
+                    lambda v, m=mem: vector_only(m._vectors, m._db, v[None, :], VECTOR_CANDIDATES)
+                )
+                for name, mem in stores.items()
+            }
+            record(row, "vector_auto", alternate(vector_calls, query_vectors))
+    finally:
+        close_all(stores)
     row["load_avg_end"] = os.getloadavg()[0]
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
@@ -675,12 +706,16 @@ def print_compared(rows: list[dict[str, Any]]) -> None:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    for row in rows:
+        path = row.get("postgres_vector_path")
+        print(f"{row['size']:,}: PostgreSQL's vector leg with vector_backend auto ran as {path}")
     print()
 
 
-def private_postgres() -> tuple[Any, str]:
+def private_postgres(pgvector: bool = False) -> tuple[Any, str]:
     """A private PostgreSQL server for this run (tests/pg_server.py) and the application
-    role's address of a new database with the schema."""
+    role's address of a new database with the schema; ``pgvector``: PostgreSQL 16 with the
+    extension created (the ``pgserver`` wheel's binaries)."""
     root = str(Path(__file__).resolve().parents[1])
     if root not in sys.path:
         sys.path.insert(0, root)
@@ -689,9 +724,11 @@ def private_postgres() -> tuple[Any, str]:
 
     from elastimem.storage.postgres import migrations
 
-    server = pg_server.start()
+    server = pg_server.start(pg_server.pgvector_bin_dir() if pgvector else None)
     admin_url = server.create_database("elastimem_latency")
     with psycopg.connect(admin_url, autocommit=True) as conn:
+        if pgvector:
+            conn.execute("CREATE EXTENSION vector")
         migrations.ensure_schema(conn, "the benchmark database")
     return server, server.app_url(admin_url)
 
@@ -883,6 +920,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--turns", type=int, default=200, help="record_turn calls timed per backend (postgres)"
     )
+    parser.add_argument(
+        "--pgvector",
+        action="store_true",
+        help="the private server (no --pg-url) is PostgreSQL 16 with pgvector (pgserver wheel)",
+    )
     args = parser.parse_args(argv)
 
     corpus = Corpus()
@@ -898,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
             server = None
             url = args.pg_url
             if url is None:
-                server, url = private_postgres()
+                server, url = private_postgres(args.pgvector)
             try:
                 rows = []
                 for size in list(args.sizes) + ([1_000_000] if args.big else []):

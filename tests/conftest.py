@@ -201,6 +201,45 @@ def postgres_url(postgres_server: pg_server.PgServer) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[pg_server.PgServer]:
+    """A private PostgreSQL 16 with pgvector for the test session (the ``pgserver`` wheel's
+    binaries, dev extra); skips, with the reason, where it cannot be had (fails in CI)."""
+    try:
+        server = pg_server.start(pg_server.pgvector_bin_dir())
+    except pg_server.PgUnavailable as exc:
+        if os.environ.get(REQUIRE_POSTGRES_ENV_VAR):  # CI: the pgvector half must run too
+            pytest.fail(f"{REQUIRE_POSTGRES_ENV_VAR} is set but {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def pgvector_database(server: pg_server.PgServer) -> str:
+    """A new database of the pgvector ``server`` where the superuser ran ``CREATE EXTENSION
+    vector`` and then created the schema; returns its superuser address."""
+    import psycopg
+
+    from elastimem.storage.postgres import migrations
+
+    admin_url = server.create_database("elastimem_pgvector")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+        migrations.ensure_schema(conn, "the pgvector test database")
+    return admin_url
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(pgvector_server: pg_server.PgServer) -> str:
+    """A database of the pgvector server (``pgvector_database``) addressed as the
+    application role (as ``postgres_url``), shared by the session."""
+    url = pgvector_server.app_url(pgvector_database(pgvector_server))
+    rows.POSTGRES_URLS.insert(0, url)  # the last stays postgres_url's (rows.postgres_url)
+    return url
+
+
 @pytest.fixture
 def make_store(
     store_path: Path, store_backend: str, request: pytest.FixtureRequest

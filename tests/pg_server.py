@@ -7,6 +7,10 @@ the tests run as root, since PostgreSQL refuses to run as root), its own free po
 and its own socket folder, and it is stopped and removed at the end. Where neither can be had,
 ``start`` raises ``PgUnavailable`` with the reason, and the PostgreSQL half of the tests skips.
 
+The pgvector tests start a second private server the same way from the binaries of the
+``pgserver`` wheel (PostgreSQL 16.2 with pgvector 0.6.2; ``pgvector_bin_dir``), whatever
+``ELASTIMEM_TEST_PG_URL`` says.
+
 Tests connect as two roles: the superuser (schema creation, test databases) and ``APP_ROLE``,
 a login role without SUPERUSER or BYPASSRLS, so row-level security binds it as it binds an
 application.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import os
 import pwd
 import secrets
@@ -31,6 +36,7 @@ import pytest
 URL_ENV_VAR = "ELASTIMEM_TEST_PG_URL"
 BIN_ENV_VAR = "ELASTIMEM_TEST_PG_BIN"
 DEFAULT_BIN = "/usr/lib/postgresql/15/bin"
+PGVECTOR_PACKAGE = "pgserver"
 SERVER_USER = "postgres"
 APP_ROLE = "elastimem_test_app"
 START_TIMEOUT_SECONDS = 60
@@ -138,20 +144,38 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start() -> PgServer:
-    """A server for this test session (see the module doc); ``PgUnavailable`` if none."""
+def start(bin_dir: str | Path | None = None) -> PgServer:
+    """A server for this test session (see the module doc); ``PgUnavailable`` if none.
+
+    ``bin_dir`` starts a private server from those binaries (initdb, pg_ctl, postgres),
+    whatever ``ELASTIMEM_TEST_PG_URL`` says: ``pgvector_bin_dir()`` gives pgserver's."""
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
         raise PgUnavailable(NO_DRIVER) from exc
     url = os.environ.get(URL_ENV_VAR, "").strip()
-    if url:
+    if url and bin_dir is None:
         return PgServer(url)
-    return _start_private()
+    return _start_private(bin_dir)
 
 
-def _start_private() -> PgServer:
-    bin_dir = Path(os.environ.get(BIN_ENV_VAR, DEFAULT_BIN))
+def pgvector_bin_dir() -> Path:
+    """The binaries of PostgreSQL 16 with pgvector 0.6 that the ``pgserver`` wheel carries
+    (dev extra), found without importing it (only its files are used); ``PgUnavailable``
+    when it is not installed."""
+    spec = importlib.util.find_spec(PGVECTOR_PACKAGE)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        bin_dir = Path(location) / "pginstall" / "bin"
+        if (bin_dir / "initdb").exists():
+            return bin_dir
+    raise PgUnavailable(
+        f"no PostgreSQL server with pgvector: the {PGVECTOR_PACKAGE!r} package (PostgreSQL "
+        f"16 + pgvector, in the dev extra) is not installed; pip install -e '.[dev]'"
+    )
+
+
+def _start_private(bin_dir: str | Path | None = None) -> PgServer:
+    bin_dir = Path(bin_dir or os.environ.get(BIN_ENV_VAR, DEFAULT_BIN))
     if not (bin_dir / "initdb").exists() or not (bin_dir / "pg_ctl").exists():
         raise PgUnavailable(
             f"no PostgreSQL server: {bin_dir}/initdb is missing (install postgresql-15) and "

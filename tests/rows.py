@@ -36,10 +36,19 @@ def postgres_sql(sql: str) -> str:
     return sql.replace("%", "%%").replace("?", "%s")
 
 
-def postgres_url() -> str:
-    """The address of the test session's PostgreSQL database (``postgres_url`` fixture)."""
+def postgres_url(store: Any = None) -> str:
+    """The address of the test session's PostgreSQL database (``postgres_url`` fixture);
+    given an open ``store``, of the registered database it lives in (``pgvector_url`` adds
+    a second)."""
     if not POSTGRES_URLS:
         raise RuntimeError("no PostgreSQL test database registered (postgres_url fixture)")
+    if store is not None:
+        from elastimem.storage.postgres.database import redact
+
+        for url in POSTGRES_URLS:
+            if redact(url) == str(store.path):
+                return url
+        raise RuntimeError(f"no PostgreSQL test database registered for {store.path}")
     return POSTGRES_URLS[-1]
 
 
@@ -85,7 +94,7 @@ class _PostgresConnection:
 def _connect_postgres(store: Any) -> Iterator[Any]:
     import psycopg
 
-    with psycopg.connect(postgres_url()) as conn:  # one transaction, committed at the end
+    with psycopg.connect(postgres_url(store)) as conn:  # one transaction, committed at the end
         conn.execute("SELECT set_config('elastimem.user_id', %s, true)", (store.user_id,))
         yield _PostgresConnection(conn)
 
@@ -148,7 +157,7 @@ def open_storage(store: Any) -> Any:
     from elastimem.storage import open_database
 
     if _is_postgres(store):
-        return open_database(postgres_url(), create=False, user_id=store.user_id)
+        return open_database(postgres_url(store), create=False, user_id=store.user_id)
     return open_database(_path_of(store), create=False)
 
 
@@ -156,5 +165,5 @@ def open_args(store: Any) -> list[str]:
     """What a child process passes to ``elastimem.open`` to open ``store`` again: its file,
     or the PostgreSQL address (with its password) and the user."""
     if _is_postgres(store):
-        return [postgres_url(), str(store.user_id)]
+        return [postgres_url(store), str(store.user_id)]
     return [_path_of(store)]

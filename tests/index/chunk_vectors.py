@@ -152,9 +152,11 @@ def meta_int(conn: sqlite3.Connection, key: str) -> int:
 
 
 def set_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    # On PostgreSQL (tests.rows' connection) meta's key is per user.
+    unique = "key" if isinstance(conn, sqlite3.Connection) else "user_id, key"
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        f"ON CONFLICT({unique}) DO UPDATE SET value = excluded.value",
         (key, str(value)),
     )
 

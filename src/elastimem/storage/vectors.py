@@ -104,6 +104,39 @@ class VectorRows(Protocol):
         """``store`` of many ``(chunk id, vector, embed_seq)`` at once (distinct ids)."""
         ...
 
+    # -- in-database search (PostgreSQL with pgvector) ---------------------------------------
+
+    def searches_in_database(self) -> bool:
+        """Whether ``nearest`` is offered: the database can order the vectors by cosine
+        itself (PostgreSQL with pgvector). False on SQLite."""
+        ...
+
+    def hnsw_dims(self) -> frozenset[int]:
+        """The dimensions whose vectors have an HNSW index in the database (empty where
+        ``searches_in_database`` is False)."""
+        ...
+
+    def nearest(
+        self,
+        label: str,
+        dim: int,
+        query: np.ndarray,
+        limit: int,
+        *,
+        exclude_session: int | None,
+        since: str | None,
+        until: str | None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ids, distances, float32 matrix)`` of up to ``limit`` vectors of ``(label, dim)``
+        of chunks outside ``exclude_session`` created in ``[since, until)``, by ascending
+        cosine distance to ``query`` as the database computes it (float32 sums: within a
+        few float32 roundings of the exact value), with each one's stored vector.
+        ``ef_search`` None scans every such row; otherwise the HNSW index of ``dim`` is
+        walked with that candidate list (approximate: rows may be missing). Only where
+        ``searches_in_database``; NotImplementedError otherwise."""
+        ...
+
     def snapshot(self, label: str, dim: int) -> tuple[int, int, bytes] | None:
         """The stored HNSW graph of ``(label, dim)`` as ``(seq, gen, data)``, or None."""
         ...

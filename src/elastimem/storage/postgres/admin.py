@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from ..admin import AdminRows, StoreUpkeep
 from ..graph import SELF_NODE_NAME
 from .graph import PostgresGraphRows
-from .schema import ID_TABLES, TABLES, TERM_TOTALS_KEYS, USER_TABLES
+from .schema import ID_TABLES, PGVECTOR_COLUMN, TABLES, TERM_TOTALS_KEYS, USER_TABLES
 from .terms import fact_text, posting_rows, terms_of
 
 # Columns of this backend's own, never exported or imported.
-_INTERNAL_COLUMNS = ("user_id", "term_count")
+_INTERNAL_COLUMNS = ("user_id", "term_count", PGVECTOR_COLUMN)
 # Export order within a table: its primary key after user_id.
 _ORDER_BY = {
     "meta": ("key",),

@@ -35,7 +35,7 @@ from ...clock import now_ts
 from ...errors import ConfigError, StoreClosedError, StoreError, StoreLockedError
 from ..admin import StoreUpkeep
 from . import migrations
-from .schema import USER_SETTING
+from .schema import USER_SETTING, has_pgvector_column
 from .tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -273,6 +273,8 @@ class PostgresDatabase:
         self._owner: int | None = None
         self._write_conn: psycopg.Connection[Any] | None = None
         self._closed = False
+        # chunks has the pgvector copy of the vectors (schema.PGVECTOR_DOC): set at open.
+        self.pgvector = False
 
     def _translate(self, exc: BaseException, action: str) -> StoreError:
         return translate_error(exc, f"{self.path} (user {self.user_id!r})", action, self._secret)
@@ -300,7 +302,7 @@ class PostgresDatabase:
             self._depth = depth + 1
             self._owner = threading.get_ident()
             try:
-                yield PostgresTx(conn, self.user_id)
+                yield PostgresTx(conn, self.user_id, pgvector=self.pgvector)
             except BaseException as exc:
                 self._finish(depth, commit=False)
                 if isinstance(exc, psycopg.Error):
@@ -366,7 +368,7 @@ class PostgresDatabase:
         if self.in_write():
             with self._lock:
                 try:
-                    yield PostgresTx(self._writer(), self.user_id)
+                    yield PostgresTx(self._writer(), self.user_id, pgvector=self.pgvector)
                 except psycopg.Error as exc:
                     raise self._translate(exc, "read") from exc
             return
@@ -375,7 +377,7 @@ class PostgresDatabase:
         conn = self._begin(write=False)
         try:
             try:
-                yield PostgresTx(conn, self.user_id, writable=False)
+                yield PostgresTx(conn, self.user_id, writable=False, pgvector=self.pgvector)
             except psycopg.Error as exc:
                 raise self._translate(exc, "read") from exc
             finally:
@@ -471,6 +473,7 @@ def open_database(
         conn = db._checkout("open")
         try:
             version = migrations.ensure_schema(conn, db.path, create=create)
+            db.pgvector = has_pgvector_column(conn)
             _warn_if_rls_bypassed(conn, db.path)
         except psycopg.Error as exc:
             raise translate_error(exc, db.path, "create the schema on", db._secret) from exc

@@ -60,10 +60,13 @@ class PostgresTx:
     where families take no row locks.
     """
 
-    def __init__(self, conn: Any, user_id: str, *, writable: bool = True) -> None:
+    def __init__(
+        self, conn: Any, user_id: str, *, writable: bool = True, pgvector: bool = False
+    ) -> None:
         self.conn = conn
         self.user_id = user_id
         self.writable = writable
+        self.pgvector = pgvector  # chunks has the pgvector copy (schema.PGVECTOR_DOC)
 
     @contextmanager
     def guarded(self) -> Iterator[None]:
@@ -117,7 +120,7 @@ class PostgresTx:
 
     @cached_property
     def vectors(self) -> VectorRows:
-        return PostgresVectorRows(self.conn, self.user_id)
+        return PostgresVectorRows(self.conn, self.user_id, pgvector=self.pgvector)
 
     @cached_property
     def postings(self) -> PostingRows:

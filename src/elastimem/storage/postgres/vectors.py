@@ -2,11 +2,13 @@
 (float32 little-endian bytes in ``chunks.embedding``, as on SQLite) and the HNSW snapshots in
 ``ann_index``.
 
-Searches stay exact per user in the index layer (a user's memory is small); the vectors are
-read here in id order by keyset pages on the primary key ``(user_id, id)``, each page its own
+Without pgvector, searches run in the index layer over resident rows; the vectors are read
+here in id order by keyset pages on the primary key ``(user_id, id)``, each page its own
 statement, so a reader dropped half-way leaves no server-side cursor on the pooled
-connection. pgvector is not needed (nor used): the snapshot of an HNSW graph is kept as
-bytes, as on SQLite.
+connection. Where the database has the ``vector`` extension (``schema.PGVECTOR_DOC``), every
+write also sets the pgvector copy ``embedding_vec`` in the same statement, and ``nearest``
+orders the user's rows by pgvector's cosine distance in the server: exactly (a scan of the
+user's rows) or through an HNSW index of the dimension where one exists (``hnsw_dims``).
 """
 
 from __future__ import annotations
@@ -23,16 +25,112 @@ from ..vectors import VectorBlock, VectorRows
 _COUNTER_KEYS = ("vectors.gen", "vectors.seq")
 
 
+def vector_text(vector: np.ndarray) -> str:
+    """pgvector's text form of a float32 vector, exactly: the shortest decimal of each value
+    as a double, which pgvector's ``strtof`` rounds back to the same float32."""
+    values = np.asarray(vector, dtype="<f4").reshape(-1).astype(np.float64).tolist()
+    return "[" + ",".join(map(repr, values)) + "]"
+
+
+def hnsw_index_name(dim: int) -> str:
+    """The name of the HNSW index over the ``dim``-sized vectors (``create_hnsw_index``)."""
+    return f"idx_chunks_hnsw_{int(dim)}"
+
+
+def hnsw_index_statement(dim: int) -> str:
+    """The HNSW index an operator may create for the ``dim``-sized vectors (partial, on the
+    cast to the fixed size HNSW needs; cosine, as the vector leg scores)."""
+    dim = int(dim)
+    return (
+        f"CREATE INDEX IF NOT EXISTS {hnsw_index_name(dim)} ON chunks USING hnsw "
+        f"((embedding_vec::vector({dim})) vector_cosine_ops) WHERE embedding_dim = {dim}"
+    )
+
+
 class PostgresVectorRows:
     """``VectorRows`` for one user on one psycopg connection (inside the caller's
     transaction). Every statement names the user as well as being confined to it by
     row-level security."""
 
-    __slots__ = ("_conn", "_user")
+    __slots__ = ("_conn", "_pgvector", "_user")
 
-    def __init__(self, conn: Any, user_id: str) -> None:
+    def __init__(self, conn: Any, user_id: str, *, pgvector: bool = False) -> None:
         self._conn = conn
         self._user = user_id
+        self._pgvector = pgvector  # chunks has the pgvector copy (schema.PGVECTOR_DOC)
+
+    # -- in-database search (pgvector) -------------------------------------------------------
+
+    def searches_in_database(self) -> bool:
+        return self._pgvector
+
+    def hnsw_dims(self) -> frozenset[int]:
+        if not self._pgvector:
+            return frozenset()
+        rows = self._conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = 'chunks' AND starts_with(indexname, %s)",
+            (hnsw_index_name(0)[:-1],),
+        ).fetchall()
+        dims = (str(name).rsplit("_", 1)[-1] for (name,) in rows)
+        return frozenset(int(d) for d in dims if d.isdigit())
+
+    def nearest(
+        self,
+        label: str,
+        dim: int,
+        query: np.ndarray,
+        limit: int,
+        *,
+        exclude_session: int | None,
+        since: str | None,
+        until: str | None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self._pgvector:
+            raise NotImplementedError("this database has no pgvector copy of the vectors")
+        dim = int(dim)
+        # The size as a literal: the HNSW index of a size is partial (WHERE embedding_dim =
+        # its size), and the planner can use it only where it sees the value.
+        where = f"embedding_model = %s AND embedding_dim = {dim} AND embedding_vec IS NOT NULL"
+        params: list[Any] = [label]
+        if exclude_session is not None:
+            where += " AND session_id <> %s"
+            params.append(exclude_session)
+        if since is not None:
+            where += " AND created_at >= %s"
+            params.append(since)
+        if until is not None:
+            where += " AND created_at < %s"
+            params.append(until)
+        if ef_search is None:
+            # Exact: a scan of the user's rows (no HNSW index is on this expression).
+            distance = "embedding_vec <=> %s::vector"
+        else:
+            # The expression of the HNSW index of this size.
+            distance = f"embedding_vec::vector({dim}) <=> %s::vector({dim})"
+            self._conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),)
+            )
+        # Never prepared: a generic plan, made without the user's id, would pick one path
+        # for every user (a scan of every user's rows even for a small user); each search
+        # is planned with its own values.
+        rows = self._conn.execute(
+            f"SELECT id, embedding, {distance} FROM chunks WHERE user_id = %s AND {where} "
+            f"ORDER BY {distance} LIMIT %s",
+            (vector_text(query), self._user, *params, vector_text(query), int(limit)),
+            prepare=False,
+        ).fetchall()
+        count = len(rows)
+        ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=count)
+        distances = np.fromiter((float(r[2]) for r in rows), dtype=np.float64, count=count)
+        blobs = [bytes(r[1]) for r in rows]
+        if any(len(b) != dim * 4 for b in blobs):
+            raise ValueError(
+                f"a stored embedding does not hold {dim} float32 values; run reindex(force=True)"
+            )
+        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(count, dim)
+        return ids, distances, matrix.astype(np.float32, copy=False)
 
     def counters(self) -> tuple[int, int]:
         rows = self._conn.execute(
@@ -172,12 +270,7 @@ class PostgresVectorRows:
         return None if row is None else (bool(row[0]), str(row[1]))
 
     def store(self, chunk_id: int, vector: np.ndarray, label: str, seq: int) -> None:
-        data = np.asarray(vector, dtype="<f4").reshape(-1)
-        self._conn.execute(
-            "UPDATE chunks SET embedding = %s, embedding_model = %s, embedding_dim = %s, "
-            "embed_seq = %s WHERE user_id = %s AND id = %s",
-            (data.tobytes(), label, int(data.shape[0]), seq, self._user, chunk_id),
-        )
+        self.store_many(label, [(chunk_id, vector, seq)])
 
     def targets(self, chunk_ids: Sequence[int]) -> dict[int, tuple[bool, str]]:
         rows = self._conn.execute(
@@ -192,10 +285,17 @@ class PostgresVectorRows:
         if not rows:
             return
         data = [np.asarray(v, dtype="<f4").reshape(-1) for _, v, _ in rows]
+        # With pgvector, its copy goes in the same statement (the trigger's slow decoding of
+        # the bytes is only the fallback).
+        copy, copied, texts = "", "", []
+        if self._pgvector:
+            copy, copied = ", embedding_vec = v.vec::vector", ", %s::text[]"
+            texts = [[vector_text(d) for d in data]]
         self._conn.execute(
             "UPDATE chunks c SET embedding = v.embedding, embedding_model = %s, "
-            "embedding_dim = v.dim, embed_seq = v.seq FROM unnest(%s::bigint[], %s::bytea[], "
-            "%s::integer[], %s::bigint[]) AS v(id, embedding, dim, seq) "
+            f"embedding_dim = v.dim, embed_seq = v.seq{copy} FROM unnest(%s::bigint[], "
+            f"%s::bytea[], %s::integer[], %s::bigint[]{copied}) "
+            f"AS v(id, embedding, dim, seq{', vec' if copy else ''}) "
             "WHERE c.user_id = %s AND c.id = v.id",
             (
                 label,
@@ -203,6 +303,7 @@ class PostgresVectorRows:
                 [d.tobytes() for d in data],
                 [int(d.shape[0]) for d in data],
                 [int(seq) for _, _, seq in rows],
+                *texts,
                 self._user,
             ),
         )

@@ -195,6 +195,28 @@ class SqliteVectorRows:
             ],
         )
 
+    # -- in-database search: not on SQLite (the index layer scans resident rows) ----------
+
+    def searches_in_database(self) -> bool:
+        return False
+
+    def hnsw_dims(self) -> frozenset[int]:
+        return frozenset()
+
+    def nearest(
+        self,
+        label: str,
+        dim: int,
+        query: np.ndarray,
+        limit: int,
+        *,
+        exclude_session: int | None,
+        since: str | None,
+        until: str | None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raise NotImplementedError("SQLite stores search their vectors in the index layer")
+
     def snapshot(self, label: str, dim: int) -> tuple[int, int, bytes] | None:
         row = self._conn.execute(
             "SELECT seq, gen, data FROM ann_index WHERE label = ? AND dim = ?", (label, dim)
