@@ -8,7 +8,7 @@ as §5.6 asks) is timed for the big user on three paths:
 * ``numpy``: today's resident search in this process (``vector_backend="numpy"``), with the
   bytes it holds per user;
 * ``in-db exact``: pgvector's ``<=>`` over the user's rows in the server, re-scored exactly
-  (``vector_backend="auto"`` below ``ann_min_rows``); ids and scores are checked equal to
+  (``vector_backend="pgvector"``); ids and scores are checked equal to
   numpy's;
 * ``in-db hnsw``: through a shared HNSW index over every user's rows (created here as the
   superuser: ``CREATE INDEX`` on the expression ``storage.postgres.vectors`` names), at

@@ -23,7 +23,7 @@ DEFAULT_MEMORY_SPLIT: dict[str, float] = {
     "sessions": 0.15,
     "lessons": 0.15,
 }
-VECTOR_BACKENDS = ("auto", "numpy", "hnsw")
+VECTOR_BACKENDS = ("auto", "numpy", "hnsw", "pgvector")
 
 
 def _default_profile_keys() -> set[str]:

@@ -80,7 +80,7 @@ def test_the_exact_search_runs_in_the_database_with_the_reference_answers(
     vectors = unit_rows(rng, 160, DIM)
     vectors[100:110] = vectors[0]  # exact ties
     add_chunks(database, vectors)  # written as raw bytes: the trigger fills the copy
-    index = index_for(database)
+    index = index_for(database, vector_backend="pgvector")
     resident = index_for(database, vector_backend="numpy")
     for query in [*unit_rows(rng, 4, DIM), vectors[0]]:
         for filters in filter_cases(database):
@@ -105,7 +105,7 @@ def test_the_cut_fetches_more_when_the_servers_distances_leave_it_in_doubt(
     vectors = np.repeat(unit_rows(np.random.default_rng(4), 1, DIM), 40, axis=0)
     ids = add_chunks(database, vectors)
     monkeypatch.setattr(vectors_module, "IN_DATABASE_EXTRA_ROWS", 1)
-    got = search(index_for(database), database, vectors[0], 3)
+    got = search(index_for(database, vector_backend="pgvector"), database, vectors[0], 3)
     assert [cid for cid, _ in got] == sorted(ids, reverse=True)[:3]
     assert got == reference(database, vectors[0], 3)
 
@@ -119,7 +119,10 @@ def test_hits_hand_over_the_vectors_the_resident_index_would(
     query = unit_rows(rng, 1, DIM)[0]
     wanted = np.asarray([ids[3], ids[7], 10**12], dtype=np.int64)
     answers = []
-    for index in (index_for(database), index_for(database, vector_backend="numpy")):
+    for index in (
+        index_for(database, vector_backend="pgvector"),
+        index_for(database, vector_backend="numpy"),
+    ):
         with database.read() as conn:
             found = index.search(conn, query, LABEL, NO_FILTERS, 10)
             assert isinstance(found, vectors_module.VectorHits)
@@ -137,7 +140,7 @@ def test_one_users_search_never_returns_another_users_chunks(
     alice_ids = set(add_chunks(alice, vectors))
     bob_ids = set(add_chunks(bob, vectors))
     for database, own in ((alice, alice_ids), (bob, bob_ids)):
-        got = search(index_for(database), database, vectors[0], 100)
+        got = search(index_for(database, vector_backend="pgvector"), database, vectors[0], 100)
         assert {cid for cid, _ in got} == own
 
 
@@ -170,9 +173,12 @@ def test_a_user_above_ann_min_rows_is_searched_through_the_hnsw_index(
         assert conn.vectors.hnsw_dims() == frozenset({DIM})
     assert search(index, big, query, 10) == reference(big, query, 10)
     assert index.backend_name() == "pgvector-hnsw"
-    below = index_for(big, ann_min_rows=1000)
+    below = index_for(big, ann_min_rows=1000)  # auto: the resident search, the faster one
     assert search(below, big, query, 10) == reference(big, query, 10)
-    assert below.backend_name() == "pgvector"
+    assert below.backend_name() == "numpy"
+    exact = index_for(big, vector_backend="pgvector", ann_min_rows=1000)
+    assert search(exact, big, query, 10) == reference(big, query, 10)
+    assert exact.backend_name() == "pgvector" and exact.resident_rows == 0
     few = index_for(small, vector_backend="hnsw")
     assert search(few, small, query, 10) == reference(small, query, 10)
     assert few.backend_name() == "pgvector"  # 6 rows < 10: the exact search answered
@@ -219,13 +225,18 @@ def test_hybrid_recall_on_pgvector_returns_what_a_store_without_it_returns(
     user = f"api-{uuid.uuid4().hex}"
     _fill(pgvector_url, user)
     _fill(postgres_url, user)
-    with elastimem.open(
-        pgvector_url, user_id=user, embedder=HashEmbedder(), disable_builtin_embedder=True
-    ) as mem:
-        mem.recall(QUERIES[0], 5)
-        assert mem.stats()["vector_backend"] == "pgvector"
-    in_database = _remembered(pgvector_url, user)
-    assert in_database == _remembered(pgvector_url, user, vector_backend="numpy")
+    for backend, path in (("pgvector", "pgvector"), ("auto", "numpy")):
+        with elastimem.open(
+            pgvector_url,
+            user_id=user,
+            embedder=HashEmbedder(),
+            disable_builtin_embedder=True,
+            vector_backend=backend,
+        ) as mem:
+            mem.recall(QUERIES[0], 5)
+            assert mem.stats()["vector_backend"] == path
+    in_database = _remembered(pgvector_url, user, vector_backend="pgvector")
+    assert in_database == _remembered(pgvector_url, user)
     assert in_database == _remembered(postgres_url, user)
     assert any(hits for hits in in_database)
 
