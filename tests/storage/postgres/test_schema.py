@@ -196,3 +196,60 @@ def test_one_live_version_per_key_and_user(postgres_server: pg_server.PgServer) 
             "SELECT user_id FROM meta WHERE key = 'facts.stamp' ORDER BY user_id"
         ).fetchall()
     assert stamps == [("alice",), ("bob",)]
+
+
+def _layout(url: str) -> dict[str, list[Any]]:
+    """What a migration may change: constraints, indexes, triggers and functions."""
+    with psycopg.connect(url) as conn:
+        return {
+            "constraints": conn.execute(
+                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+                "FROM pg_constraint WHERE connamespace = current_schema()::regnamespace "
+                "ORDER BY 1, 2"
+            ).fetchall(),
+            "indexes": conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "ORDER BY 1"
+            ).fetchall(),
+            "triggers": conn.execute(
+                "SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+                "WHERE NOT tgisinternal ORDER BY 1, 2"
+            ).fetchall(),
+            "functions": conn.execute(
+                "SELECT proname, prosrc FROM pg_proc "
+                "WHERE pronamespace = current_schema()::regnamespace ORDER BY 1"
+            ).fetchall(),
+        }
+
+
+def test_a_version_1_schema_upgrades_to_the_layout_a_new_one_has(
+    postgres_server: pg_server.PgServer,
+) -> None:
+    """Version 3: the keyword postings lose their foreign keys (a key's check cost a lookup
+    and a row lock per posting) and a statement trigger deletes them with their rows."""
+    fresh = postgres_server.create_database()
+    old = postgres_server.create_database()
+    for url in (fresh, old):
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrations.ensure_schema(conn, "test")
+    with psycopg.connect(old, autocommit=True) as conn, conn.transaction():
+        # The version 1 layout: the postings' cascading keys, no trigger of their own.
+        for table in ("chunks", "facts"):
+            conn.execute(f"DROP TRIGGER {table}_delete_postings ON {table}")
+        conn.execute("DROP FUNCTION elastimem_delete_postings()")
+        for postings, column, parent in (
+            ("chunk_terms", "chunk_id", "chunks"),
+            ("fact_terms", "fact_id", "facts"),
+        ):
+            conn.execute(
+                f"ALTER TABLE {postings} ADD CONSTRAINT {postings}_user_id_{column}_fkey "
+                f"FOREIGN KEY (user_id, {column}) REFERENCES {parent} (user_id, id) "
+                "ON DELETE CASCADE DEFERRABLE"
+            )
+        conn.execute(f"DELETE FROM {schema.LEDGER_TABLE}")
+        conn.execute(f"INSERT INTO {schema.LEDGER_TABLE} VALUES (1, '2026-01-01T00:00:00Z')")
+    assert _layout(old) != _layout(fresh)
+    with psycopg.connect(old, autocommit=True) as conn:
+        assert migrations.ensure_schema(conn, "test") == schema.CURRENT_SCHEMA_VERSION
+    assert sorted(version for version, _ in _ledger(old)) == [1, schema.CURRENT_SCHEMA_VERSION]
+    assert _layout(old) == _layout(fresh)

@@ -17,16 +17,39 @@ from typing import Any
 
 from ...clock import now_ts
 from ...errors import SchemaTooNewError, StoreError
-from .schema import CURRENT_SCHEMA_VERSION, LEDGER_TABLE, TABLES, create_statements
+from .schema import (
+    CURRENT_SCHEMA_VERSION,
+    LEDGER_TABLE,
+    POSTINGS_DELETE_FUNCTION,
+    POSTINGS_DELETE_TRIGGERS,
+    TABLES,
+    create_statements,
+)
 
 # The two-int advisory lock key of schema changes ("elas", 1). PostgreSQL keeps the two-int
 # and the one-bigint key spaces apart, so it never meets a user's write lock.
 SCHEMA_LOCK = (0x656C6173, 1)
 
 Step = Callable[[Any], None]
+
+
+def m003_postings_without_foreign_keys(conn: Any) -> None:
+    """The keyword postings lose their foreign keys; a statement trigger on chunks and facts
+    deletes a row's postings with it instead (``schema.KEYWORD_DOC``)."""
+    conn.execute(
+        "ALTER TABLE chunk_terms DROP CONSTRAINT IF EXISTS chunk_terms_user_id_chunk_id_fkey"
+    )
+    conn.execute("ALTER TABLE fact_terms DROP CONSTRAINT IF EXISTS fact_terms_user_id_fact_id_fkey")
+    conn.execute(POSTINGS_DELETE_FUNCTION)
+    for statement in POSTINGS_DELETE_TRIGGERS:
+        conn.execute(statement)
+
+
 # (version, name, step) after version 1; each runs in the locked transaction with its ledger
-# row. None yet: version 1 is the first PostgreSQL layout.
-STEPS: tuple[tuple[int, str, Step], ...] = ()
+# row.
+STEPS: tuple[tuple[int, str, Step], ...] = (
+    (3, "m003_postings_without_foreign_keys", m003_postings_without_foreign_keys),
+)
 
 
 def schema_version(conn: Any) -> int | None:
