@@ -226,7 +226,8 @@ def test_a_version_1_schema_upgrades_to_the_layout_a_new_one_has(
     postgres_server: pg_server.PgServer,
 ) -> None:
     """Version 3: the keyword postings lose their foreign keys (a key's check cost a lookup
-    and a row lock per posting) and a statement trigger deletes them with their rows."""
+    and a row lock per posting) and a statement trigger deletes them with their rows; the
+    chunks' session index gains the id."""
     fresh = postgres_server.create_database()
     old = postgres_server.create_database()
     for url in (fresh, old):
@@ -246,6 +247,8 @@ def test_a_version_1_schema_upgrades_to_the_layout_a_new_one_has(
                 f"FOREIGN KEY (user_id, {column}) REFERENCES {parent} (user_id, id) "
                 "ON DELETE CASCADE DEFERRABLE"
             )
+        conn.execute("DROP INDEX idx_chunks_session")
+        conn.execute("CREATE INDEX idx_chunks_session ON chunks (user_id, session_id)")
         conn.execute(f"DELETE FROM {schema.LEDGER_TABLE}")
         conn.execute(f"INSERT INTO {schema.LEDGER_TABLE} VALUES (1, '2026-01-01T00:00:00Z')")
     assert _layout(old) != _layout(fresh)
@@ -253,3 +256,39 @@ def test_a_version_1_schema_upgrades_to_the_layout_a_new_one_has(
         assert migrations.ensure_schema(conn, "test") == schema.CURRENT_SCHEMA_VERSION
     assert sorted(version for version, _ in _ledger(old)) == [1, schema.CURRENT_SCHEMA_VERSION]
     assert _layout(old) == _layout(fresh)
+
+
+def test_the_chunk_before_each_chunk_is_one_index_probe_without_statistics(
+    postgres_server: pg_server.PgServer,
+) -> None:
+    """What an embed job asks for every chunk (``vectors.previous_texts``) on tables the
+    server has not analysed yet: with the session index by (user_id, session_id) alone the
+    planner sorted a session's chunks once per chunk (a 10 MB exchange, 13k chunks in one
+    session: minutes of one core)."""
+    url = postgres_server.create_database()
+    database = postgres_database.open_database(url, "alice")
+    try:
+        with database.atomic() as tx:
+            sid = tx.transcript.insert_session(above=0, started_at="2026-01-01T00:00:00Z",
+                host_tag=None, owner_pid=1, owner_host="h", heartbeat_at="2026-01-01T00:00:00Z",
+                backdated=False)  # fmt: skip
+            chunks = tx.transcript.insert_turn(sid, [("user", "x", 1)],
+                [f"chunk {n}" for n in range(2000)], created_at="2026-01-01T00:00:00Z",
+                title=None, heartbeat_at="2026-01-01T00:00:00Z").chunk_ids  # fmt: skip
+        with database.read() as tx:
+            assert tx.vectors.previous_texts([chunks[5]]) == {chunks[5]: "chunk 4"}
+    finally:
+        database.close()
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT c.id, p.text FROM chunks c CROSS JOIN LATERAL ("
+                "SELECT text FROM chunks p WHERE p.user_id = c.user_id "
+                "AND p.session_id = c.session_id AND p.id < c.id ORDER BY p.id DESC LIMIT 1) p "
+                "WHERE c.user_id = 'alice' AND c.id = ANY(%s)",
+                (list(chunks),),
+            )
+        )
+    assert "Sort" not in plan, plan
+    assert "idx_chunks_session" in plan, plan

@@ -22,6 +22,7 @@ from .schema import (
     LEDGER_TABLE,
     POSTINGS_DELETE_FUNCTION,
     POSTINGS_DELETE_TRIGGERS,
+    SESSION_CHUNKS_INDEX,
     TABLES,
     create_statements,
 )
@@ -33,22 +34,26 @@ SCHEMA_LOCK = (0x656C6173, 1)
 Step = Callable[[Any], None]
 
 
-def m003_postings_without_foreign_keys(conn: Any) -> None:
+def m003_cheaper_postings_and_session_chunks(conn: Any) -> None:
     """The keyword postings lose their foreign keys; a statement trigger on chunks and facts
-    deletes a row's postings with it instead (``schema.KEYWORD_DOC``)."""
-    conn.execute(
-        "ALTER TABLE chunk_terms DROP CONSTRAINT IF EXISTS chunk_terms_user_id_chunk_id_fkey"
-    )
-    conn.execute("ALTER TABLE fact_terms DROP CONSTRAINT IF EXISTS fact_terms_user_id_fact_id_fkey")
+    deletes a row's postings with it instead (``schema.KEYWORD_DOC``). The chunks' session
+    index gains the id (``schema.SESSION_CHUNKS_INDEX``)."""
+    for table, key in (
+        ("chunk_terms", "chunk_terms_user_id_chunk_id_fkey"),
+        ("fact_terms", "fact_terms_user_id_fact_id_fkey"),
+    ):
+        conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {key}")
     conn.execute(POSTINGS_DELETE_FUNCTION)
     for statement in POSTINGS_DELETE_TRIGGERS:
         conn.execute(statement)
+    conn.execute("DROP INDEX IF EXISTS idx_chunks_session")
+    conn.execute(SESSION_CHUNKS_INDEX)
 
 
 # (version, name, step) after version 1; each runs in the locked transaction with its ledger
 # row.
 STEPS: tuple[tuple[int, str, Step], ...] = (
-    (3, "m003_postings_without_foreign_keys", m003_postings_without_foreign_keys),
+    (3, "m003_cheaper_postings_and_session_chunks", m003_cheaper_postings_and_session_chunks),
 )
 
 

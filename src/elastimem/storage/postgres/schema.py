@@ -317,11 +317,16 @@ USER_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name not in SHAR
 # Tables whose ids come from an identity sequence.
 ID_TABLES: tuple[str, ...] = tuple(name for name, ddl in TABLES.items() if _ID in ddl)
 
+SESSION_CHUNKS_INDEX = "CREATE INDEX idx_chunks_session ON chunks (user_id, session_id, id)"
 INDEXES: tuple[str, ...] = (
     "CREATE INDEX idx_sessions_ended_at ON sessions (user_id, ended_at)",
     "CREATE INDEX idx_sessions_started_at ON sessions (user_id, started_at)",
     "CREATE INDEX idx_messages_session_turn ON messages (user_id, session_id, turn)",
-    "CREATE INDEX idx_chunks_session ON chunks (user_id, session_id)",
+    # With id (schema v3): "the chunk before this one in its session" (vectors.previous_texts,
+    # for every chunk an embed job reads) is one probe; by (user_id, session_id) alone a
+    # planner without statistics yet sorted the session's chunks for each one (a 10 MB
+    # exchange's 13k chunks: minutes).
+    SESSION_CHUNKS_INDEX,
     "CREATE INDEX idx_chunks_unembedded ON chunks (user_id, id) WHERE embedding IS NULL",
     "CREATE INDEX idx_chunks_embedding ON chunks "
     "(user_id, embedding_model, embedding_dim, embed_seq)",
