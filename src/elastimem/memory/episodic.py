@@ -347,30 +347,23 @@ def insert_turn(
 
     The chunk texts are cut beforehand: the tokenizer must never run under the write lock.
     """
-    transcript = conn.transcript
-    turn = transcript.last_turn(session_id) + 1
-    message_ids: list[int] = []
-    for role, content, tokens in (
-        ("user", user, user_tokens),
-        ("assistant", assistant, assistant_tokens),
-    ):
-        if content:
-            message_ids.append(
-                transcript.insert_message(
-                    session_id, turn, role, content, created_at=at, token_estimate=tokens
-                )
-            )
-    transcript.count_turn(
-        session_id, len(message_ids), make_title(user) if user else None, now_ts()
-    )
-    chunk_ids = (
-        transcript.insert_chunks(
-            session_id, message_ids[0], message_ids[-1], chunk_texts, created_at=at
+    messages = [
+        (role, content, tokens)
+        for role, content, tokens in (
+            ("user", user, user_tokens),
+            ("assistant", assistant, assistant_tokens),
         )
-        if chunk_texts
-        else []
+        if content
+    ]
+    stored = conn.transcript.insert_turn(
+        session_id,
+        messages,
+        chunk_texts,
+        created_at=at,
+        title=make_title(user) if user else None,
+        heartbeat_at=now_ts(),
     )
-    return TurnRecord(session_id, turn, tuple(message_ids), tuple(chunk_ids), at)
+    return TurnRecord(session_id, stored.turn, stored.message_ids, stored.chunk_ids, at)
 
 
 def raise_chunk_importance(conn: Tx, chunk_ids: tuple[int, ...] | list[int], floor: float) -> None:

@@ -46,6 +46,15 @@ class ChunkRow(NamedTuple):
     importance: float
 
 
+class StoredTurn(NamedTuple):
+    """The rows ``insert_turn`` wrote: the turn's number, its messages' ids (in the order
+    given) and its chunks' ids (in the order of the texts)."""
+
+    turn: int
+    message_ids: tuple[int, ...]
+    chunk_ids: tuple[int, ...]
+
+
 class TranscriptRows(Protocol):
     """Sessions, messages and chunks (with their keyword table)."""
 
@@ -138,6 +147,23 @@ class TranscriptRows(Protocol):
     ) -> None:
         """Add ``messages`` to the session's message count, set ``title`` when it has none
         yet, and record the heartbeat."""
+        ...
+
+    def insert_turn(
+        self,
+        session_id: int,
+        messages: Sequence[tuple[str, str, int]],
+        chunk_texts: Sequence[str],
+        *,
+        created_at: str,
+        title: str | None,
+        heartbeat_at: str,
+    ) -> StoredTurn:
+        """One exchange at once: the next turn number of the session (``last_turn`` + 1),
+        one message per (role, content, token estimate) of ``messages`` (at least one) with
+        that turn, ``count_turn`` for them, and the chunks of ``chunk_texts`` spanning the
+        first to the last of them (``insert_chunks``). A backend behind a network does it in
+        one round trip."""
         ...
 
     def newest_messages(self, session_id: int) -> Iterator[tuple[str, str, int]]:

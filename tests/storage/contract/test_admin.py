@@ -434,3 +434,33 @@ def test_has_vectors_labelled_matches_a_label_prefix(backend_database: Any) -> N
         assert tx.vectors.has_vectors_labelled("x_y%") is True
         assert tx.vectors.has_vectors_labelled("x%") is False  # no wildcard in a prefix
         assert tx.vectors.has_vectors_labelled("xzy") is False
+
+
+def test_deleted_rows_take_their_keyword_postings_with_them(backend_database: Any) -> None:
+    """A session's chunks (deleted by the cascade from their session) and an erased key's
+    facts leave no posting behind; the other rows keep theirs."""
+    with backend_database.atomic() as tx:
+        sessions = []
+        for text in ("kayak gone", "kayak kept"):
+            sid = tx.transcript.insert_session(above=0, started_at=NOW, host_tag=None,
+                owner_pid=1, owner_host="h", heartbeat_at=NOW, backdated=False)  # fmt: skip
+            tx.transcript.insert_turn(sid, [("user", text, 1)], [text, "kayak " + text],
+                created_at=NOW, title=None, heartbeat_at=NOW)  # fmt: skip
+            sessions.append(sid)
+        for key in ("gone", "kept"):
+            tx.facts.insert_version(key, "kayak paddle", category="note", source="explicit",
+                importance=0.5, created_at=NOW, valid_from=NOW,
+                origin_session_id=None)  # fmt: skip
+    with backend_database.read() as tx:
+        kept_chunks = [c.id for c in tx.transcript.session_chunks(sessions[1])]
+        before = list(tx.postings.term_postings("chunks", "kayak")[0])
+    assert len(before) == 4
+    with backend_database.atomic() as tx:
+        assert tx.admin.delete_session(sessions[0]) == (1, 0)
+        assert tx.admin.erase_fact_key("gone") == (1, 0)
+    with backend_database.read() as tx:
+        assert list(tx.postings.term_postings("chunks", "kayak")[0]) == kept_chunks
+        assert list(tx.postings.term_postings("chunks", "gone")[0]) == []
+        facts = list(tx.postings.term_postings("facts", "paddl")[0])
+        assert len(facts) == 1 and rows_of(tx, "facts", "id") == [(facts[0],)]
+        assert tx.postings.state("chunks").rows == 2

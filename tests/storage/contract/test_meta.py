@@ -54,3 +54,12 @@ def test_log_event_accepts_counts_and_ids(backend_database: Any) -> None:
     with backend_database.atomic() as tx:
         tx.meta.log_event("contract", rows=3, ids=[1, 2])
         tx.meta.trim_events()
+
+
+def test_bump_counts_a_value_that_is_no_integer_from_zero(backend_database: Any) -> None:
+    with backend_database.atomic() as tx:
+        tx.meta.set("contract.counter", "not a number")
+        assert tx.meta.bump("contract.counter", 2) == 2
+        tx.meta.set("contract.counter", " 41 ")
+        assert tx.meta.bump("contract.counter") == 42
+        assert tx.meta.get_int("contract.counter") == 42

@@ -199,3 +199,51 @@ def test_chunks_and_their_importance(backend_database: Any) -> None:
         (message_ids[0], message_ids[-1], T1)
     }
     assert [c.importance for c in chunks] == [0.9, 0.5, 0.9]
+
+
+def test_insert_turn_writes_messages_counters_and_chunks_at_once(backend_database: Any) -> None:
+    with backend_database.atomic() as tx:
+        session_id = _open(tx)
+        _turn(tx, session_id, "before", "", T1)
+        stored = tx.transcript.insert_turn(
+            session_id,
+            [("user", "kayak question", 3), ("assistant", "kayak answer", 4)],
+            ["kayak one", "two", "kayak three"],
+            created_at=T2,
+            title="a title",
+            heartbeat_at=T3,
+        )
+        aside = tx.transcript.insert_turn(
+            session_id,
+            [("assistant", "an aside", 2)],
+            [],
+            created_at=T3,
+            title=None,
+            heartbeat_at=T3,
+        )
+    assert (stored.turn, aside.turn) == (2, 3)
+    assert len(stored.message_ids) == 2 and stored.message_ids[0] < stored.message_ids[1]
+    assert len(stored.chunk_ids) == 3 and list(stored.chunk_ids) == sorted(stored.chunk_ids)
+    assert aside.chunk_ids == () and len(aside.message_ids) == 1
+    assert aside.message_ids[0] > stored.message_ids[1]
+    with backend_database.read() as tx:
+        assert tx.transcript.last_turn(session_id) == 3
+        newest = list(tx.transcript.newest_messages(session_id))
+        chunks = tx.transcript.session_chunks(session_id)
+        listed = tx.transcript.recent_sessions(1)[0]
+        open_session = tx.transcript.open_sessions()[0]
+        found, _tf = tx.postings.term_postings("chunks", "kayak")
+    assert newest[:3] == [
+        ("assistant", "an aside", 2),
+        ("assistant", "kayak answer", 4),
+        ("user", "kayak question", 3),
+    ]
+    assert [c.id for c in chunks] == list(stored.chunk_ids)
+    assert [c.text for c in chunks] == ["kayak one", "two", "kayak three"]
+    assert {(c.first_msg_id, c.last_msg_id, c.created_at) for c in chunks} == {
+        (stored.message_ids[0], stored.message_ids[1], T2)
+    }
+    # count_turn's work: 1 + 2 + 1 messages, the first title kept, the heartbeat.
+    assert (listed["message_count"], listed["title"]) == (4, "before")
+    assert open_session.heartbeat_at == T3
+    assert list(found) == [stored.chunk_ids[0], stored.chunk_ids[2]]

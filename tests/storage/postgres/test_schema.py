@@ -196,3 +196,99 @@ def test_one_live_version_per_key_and_user(postgres_server: pg_server.PgServer) 
             "SELECT user_id FROM meta WHERE key = 'facts.stamp' ORDER BY user_id"
         ).fetchall()
     assert stamps == [("alice",), ("bob",)]
+
+
+def _layout(url: str) -> dict[str, list[Any]]:
+    """What a migration may change: constraints, indexes, triggers and functions."""
+    with psycopg.connect(url) as conn:
+        return {
+            "constraints": conn.execute(
+                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+                "FROM pg_constraint WHERE connamespace = current_schema()::regnamespace "
+                "ORDER BY 1, 2"
+            ).fetchall(),
+            "indexes": conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "ORDER BY 1"
+            ).fetchall(),
+            "triggers": conn.execute(
+                "SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid) FROM pg_trigger "
+                "WHERE NOT tgisinternal ORDER BY 1, 2"
+            ).fetchall(),
+            "functions": conn.execute(
+                "SELECT proname, prosrc FROM pg_proc "
+                "WHERE pronamespace = current_schema()::regnamespace ORDER BY 1"
+            ).fetchall(),
+        }
+
+
+def test_a_version_1_schema_upgrades_to_the_layout_a_new_one_has(
+    postgres_server: pg_server.PgServer,
+) -> None:
+    """Version 3: the keyword postings lose their foreign keys (a key's check cost a lookup
+    and a row lock per posting) and a statement trigger deletes them with their rows; the
+    chunks' session index gains the id."""
+    fresh = postgres_server.create_database()
+    old = postgres_server.create_database()
+    for url in (fresh, old):
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrations.ensure_schema(conn, "test")
+    with psycopg.connect(old, autocommit=True) as conn, conn.transaction():
+        # The version 1 layout: the postings' cascading keys, no trigger of their own.
+        for table in ("chunks", "facts"):
+            conn.execute(f"DROP TRIGGER {table}_delete_postings ON {table}")
+        conn.execute("DROP FUNCTION elastimem_delete_postings()")
+        for postings, column, parent in (
+            ("chunk_terms", "chunk_id", "chunks"),
+            ("fact_terms", "fact_id", "facts"),
+        ):
+            conn.execute(
+                f"ALTER TABLE {postings} ADD CONSTRAINT {postings}_user_id_{column}_fkey "
+                f"FOREIGN KEY (user_id, {column}) REFERENCES {parent} (user_id, id) "
+                "ON DELETE CASCADE DEFERRABLE"
+            )
+        conn.execute("DROP INDEX idx_chunks_session")
+        conn.execute("CREATE INDEX idx_chunks_session ON chunks (user_id, session_id)")
+        conn.execute(f"DELETE FROM {schema.LEDGER_TABLE}")
+        conn.execute(f"INSERT INTO {schema.LEDGER_TABLE} VALUES (1, '2026-01-01T00:00:00Z')")
+    assert _layout(old) != _layout(fresh)
+    with psycopg.connect(old, autocommit=True) as conn:
+        assert migrations.ensure_schema(conn, "test") == schema.CURRENT_SCHEMA_VERSION
+    assert sorted(version for version, _ in _ledger(old)) == [1, schema.CURRENT_SCHEMA_VERSION]
+    assert _layout(old) == _layout(fresh)
+
+
+def test_the_chunk_before_each_chunk_is_one_index_probe_without_statistics(
+    postgres_server: pg_server.PgServer,
+) -> None:
+    """What an embed job asks for every chunk (``vectors.previous_texts``) on tables the
+    server has not analysed yet: with the session index by (user_id, session_id) alone the
+    planner sorted a session's chunks once per chunk (a 10 MB exchange, 13k chunks in one
+    session: minutes of one core)."""
+    url = postgres_server.create_database()
+    database = postgres_database.open_database(url, "alice")
+    try:
+        with database.atomic() as tx:
+            sid = tx.transcript.insert_session(above=0, started_at="2026-01-01T00:00:00Z",
+                host_tag=None, owner_pid=1, owner_host="h", heartbeat_at="2026-01-01T00:00:00Z",
+                backdated=False)  # fmt: skip
+            chunks = tx.transcript.insert_turn(sid, [("user", "x", 1)],
+                [f"chunk {n}" for n in range(2000)], created_at="2026-01-01T00:00:00Z",
+                title=None, heartbeat_at="2026-01-01T00:00:00Z").chunk_ids  # fmt: skip
+        with database.read() as tx:
+            assert tx.vectors.previous_texts([chunks[5]]) == {chunks[5]: "chunk 4"}
+    finally:
+        database.close()
+    with psycopg.connect(url) as conn:
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN SELECT c.id, p.text FROM chunks c CROSS JOIN LATERAL ("
+                "SELECT text FROM chunks p WHERE p.user_id = c.user_id "
+                "AND p.session_id = c.session_id AND p.id < c.id ORDER BY p.id DESC LIMIT 1) p "
+                "WHERE c.user_id = 'alice' AND c.id = ANY(%s)",
+                (list(chunks),),
+            )
+        )
+    assert "Sort" not in plan, plan
+    assert "idx_chunks_session" in plan, plan

@@ -48,10 +48,17 @@ class PostgresMetaRows:
         )
 
     def bump(self, key: str, by: int = 1) -> int:
-        # Writers of one user are serialised (the user's advisory lock), as on SQLite.
-        value = self.get_int(key) + by
-        self.set(key, value)
-        return value
+        # One round trip (it runs on every turn). A value that is no integer counts as 0,
+        # as get_int reads it.
+        row = self._conn.execute(
+            "INSERT INTO meta AS m (user_id, key, value) VALUES (%(user)s, %(key)s, %(first)s) "
+            "ON CONFLICT (user_id, key) DO UPDATE SET value = ((CASE WHEN "
+            "btrim(m.value) ~ '^[-+]?[0-9]{1,18}$' THEN btrim(m.value)::bigint ELSE 0 END) "
+            "+ %(by)s::bigint)::text "
+            "RETURNING value",
+            {"user": self._user, "key": key, "first": str(int(by)), "by": int(by)},
+        ).fetchone()
+        return int(row[0])
 
     def log_event(self, kind: str, **detail: object) -> None:
         self._conn.execute(

@@ -24,6 +24,9 @@ from .schema import (
     CURRENT_SCHEMA_VERSION,
     LEDGER_TABLE,
     PGVECTOR_COLUMN,
+    POSTINGS_DELETE_FUNCTION,
+    POSTINGS_DELETE_TRIGGERS,
+    SESSION_CHUNKS_INDEX,
     TABLES,
     create_statements,
     has_pgvector_column,
@@ -50,9 +53,28 @@ def m002_pgvector(conn: Any) -> None:
         add_pgvector(conn)
 
 
+def m003_cheaper_postings_and_session_chunks(conn: Any) -> None:
+    """The keyword postings lose their foreign keys; a statement trigger on chunks and facts
+    deletes a row's postings with it instead (``schema.KEYWORD_DOC``). The chunks' session
+    index gains the id (``schema.SESSION_CHUNKS_INDEX``)."""
+    for table, key in (
+        ("chunk_terms", "chunk_terms_user_id_chunk_id_fkey"),
+        ("fact_terms", "fact_terms_user_id_fact_id_fkey"),
+    ):
+        conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {key}")
+    conn.execute(POSTINGS_DELETE_FUNCTION)
+    for statement in POSTINGS_DELETE_TRIGGERS:
+        conn.execute(statement)
+    conn.execute("DROP INDEX IF EXISTS idx_chunks_session")
+    conn.execute(SESSION_CHUNKS_INDEX)
+
+
 # (version, name, step) after version 1; each runs in the locked transaction with its ledger
 # row.
-STEPS: tuple[tuple[int, str, Step], ...] = ((2, "m002_pgvector", m002_pgvector),)
+STEPS: tuple[tuple[int, str, Step], ...] = (
+    (2, "m002_pgvector", m002_pgvector),
+    (3, "m003_cheaper_postings_and_session_chunks", m003_cheaper_postings_and_session_chunks),
+)
 
 
 def add_pgvector(conn: Any) -> int:

@@ -31,7 +31,8 @@ from typing import Any
 # The ledger's version of the layout below (it mirrors SQLite schema v7). Higher versions
 # add STEPS; a database whose ledger holds a higher one is refused (SchemaTooNewError).
 # 2: the pgvector copy of the chunk vectors where the server has the extension (PGVECTOR_DOC).
-CURRENT_SCHEMA_VERSION = 2
+# 3: keyword postings without foreign keys (KEYWORD_DOC); the chunks' session index with the id.
+CURRENT_SCHEMA_VERSION = 3
 LEDGER_TABLE = "elastimem_schema"
 USER_SETTING = "elastimem.user_id"
 
@@ -56,8 +57,11 @@ SQLite's tokenizer (``porter unicode61 remove_diacritics 2``), made by the famil
 the rows with that very tokenizer in a private in-memory SQLite FTS5 table (as
 ``index.keyword`` tokenises appended chunks), so BM25 ranks alike on both backends;
 PostgreSQL's own ``to_tsvector`` stems and drops words differently, so a tsvector column would
-not. Postings are deleted with their row (composite foreign keys, ON DELETE CASCADE), so erase
-leaves none behind.
+not. Postings are deleted with their row (a statement trigger on the row's table, however
+the row goes: its own DELETE or a cascade from its session), so erase leaves none behind. They
+have no foreign key (schema v3): postings are only written in the statement that writes their
+row or rebuilt from the rows, and a key's check cost a lookup and a row lock per posting (a
+10 MB exchange: 85k postings, 2.8 of the 5.5 s their insert took on a loaded 2-core machine).
 """
 
 # One statement per table, in foreign-key order (dict order is creation order).
@@ -289,16 +293,14 @@ TABLES: dict[str, str] = {
     term text COLLATE "C" NOT NULL,
     chunk_id bigint NOT NULL,
     tf integer NOT NULL CHECK (tf > 0),
-    PRIMARY KEY (user_id, term, chunk_id),
-    FOREIGN KEY (user_id, chunk_id) REFERENCES chunks (user_id, id) ON DELETE CASCADE
+    PRIMARY KEY (user_id, term, chunk_id)
 )""",
     "fact_terms": f"""CREATE TABLE fact_terms (
     {_USER},
     term text COLLATE "C" NOT NULL,
     fact_id bigint NOT NULL,
     tf integer NOT NULL CHECK (tf > 0),
-    PRIMARY KEY (user_id, term, fact_id),
-    FOREIGN KEY (user_id, fact_id) REFERENCES facts (user_id, id) ON DELETE CASCADE
+    PRIMARY KEY (user_id, term, fact_id)
 )""",
 }
 
@@ -317,11 +319,16 @@ USER_TABLES: tuple[str, ...] = tuple(name for name in TABLES if name not in SHAR
 # Tables whose ids come from an identity sequence.
 ID_TABLES: tuple[str, ...] = tuple(name for name, ddl in TABLES.items() if _ID in ddl)
 
+SESSION_CHUNKS_INDEX = "CREATE INDEX idx_chunks_session ON chunks (user_id, session_id, id)"
 INDEXES: tuple[str, ...] = (
     "CREATE INDEX idx_sessions_ended_at ON sessions (user_id, ended_at)",
     "CREATE INDEX idx_sessions_started_at ON sessions (user_id, started_at)",
     "CREATE INDEX idx_messages_session_turn ON messages (user_id, session_id, turn)",
-    "CREATE INDEX idx_chunks_session ON chunks (user_id, session_id)",
+    # With id (schema v3): "the chunk before this one in its session" (vectors.previous_texts,
+    # for every chunk an embed job reads) is one probe; by (user_id, session_id) alone a
+    # planner without statistics yet sorted the session's chunks for each one (a 10 MB
+    # exchange's 13k chunks: minutes).
+    SESSION_CHUNKS_INDEX,
     "CREATE INDEX idx_chunks_unembedded ON chunks (user_id, id) WHERE embedding IS NULL",
     "CREATE INDEX idx_chunks_embedding ON chunks "
     "(user_id, embedding_model, embedding_dim, embed_seq)",
@@ -472,7 +479,29 @@ def _term_triggers() -> tuple[str, ...]:
     return tuple(made)
 
 
-TRIGGERS: tuple[str, ...] = _stamp_triggers() + _term_triggers()
+# Postings go with their rows (KEYWORD_DOC): once per statement, over the rows it deleted,
+# through the postings' (user_id, row id) index.
+POSTINGS_DELETE_FUNCTION = """CREATE FUNCTION elastimem_delete_postings() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'chunks' THEN
+        DELETE FROM chunk_terms t USING old_rows o
+        WHERE t.user_id = o.user_id AND t.chunk_id = o.id;
+    ELSE
+        DELETE FROM fact_terms t USING old_rows o
+        WHERE t.user_id = o.user_id AND t.fact_id = o.id;
+    END IF;
+    RETURN NULL;
+END
+$$"""
+POSTINGS_DELETE_TRIGGERS: tuple[str, ...] = tuple(
+    f"CREATE TRIGGER {table}_delete_postings AFTER DELETE ON {table} "
+    "REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT "
+    "EXECUTE FUNCTION elastimem_delete_postings()"
+    for table in ("chunks", "facts")
+)
+
+TRIGGERS: tuple[str, ...] = _stamp_triggers() + _term_triggers() + POSTINGS_DELETE_TRIGGERS
 
 _POLICY_TEST = f"user_id = current_setting('{USER_SETTING}', true)"
 
@@ -572,6 +601,7 @@ def create_statements() -> list[str]:
     statements.extend(INDEXES)
     statements.append(STAMP_FUNCTION)
     statements.append(TERM_TOTALS_FUNCTION)
+    statements.append(POSTINGS_DELETE_FUNCTION)
     statements.extend(TRIGGERS)
     for table in USER_TABLES:
         statements.extend(row_security(table))

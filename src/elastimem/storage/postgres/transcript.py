@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
+from ..transcript import ChunkRow, OpenSession, SessionState, StoredTurn, TranscriptRows
 from .sql import limit as sql_limit
 from .terms import posting_rows, terms_of
 
@@ -210,6 +210,66 @@ class PostgresTranscriptRows:
                 (self._user, session_id, last_turn, last_id, page),
             ).fetchall()
 
+    def insert_turn(
+        self,
+        session_id: int,
+        messages: Sequence[tuple[str, str, int]],
+        chunk_texts: Sequence[str],
+        *,
+        created_at: str,
+        title: str | None,
+        heartbeat_at: str,
+    ) -> StoredTurn:
+        # One statement, one round trip, for what took six (the turn number, each message,
+        # the session's counters, the chunks with their postings): on a server a round trip
+        # costs more than the statement, and a busy machine adds a context switch to each.
+        if not messages:
+            raise ValueError("a turn needs at least one message")
+        params: dict[str, Any] = {
+            "user": self._user,
+            "session": session_id,
+            "at": created_at,
+            "n_messages": len(messages),
+            "roles": [role for role, _content, _tokens in messages],
+            "contents": [content for _role, content, _tokens in messages],
+            "tokens": [int(tokens) for _role, _content, tokens in messages],
+            "title": title,
+            "heartbeat": heartbeat_at,
+        }
+        chunk_ctes, chunk_ids = self._chunk_ctes(
+            chunk_texts,
+            params,
+            "(SELECT min(id) FROM message_ids)",
+            "(SELECT max(id) FROM message_ids)",
+        )
+        rows = self._conn.execute(
+            "WITH turn AS (SELECT coalesce(max(turn), 0) + 1 AS n FROM messages "
+            "WHERE user_id = %(user)s AND session_id = %(session)s), "
+            "message_drawn AS (SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id "
+            "FROM generate_series(1, %(n_messages)s)), "
+            "message_ids AS (SELECT row_number() OVER (ORDER BY id) AS ord, id "
+            "FROM message_drawn), "
+            "written AS (INSERT INTO messages (user_id, id, session_id, turn, role, content, "
+            "created_at, token_estimate) SELECT %(user)s, i.id, %(session)s, turn.n, m.role, "
+            "m.content, %(at)s, m.tokens FROM turn, unnest(%(roles)s::text[], "
+            "%(contents)s::text[], %(tokens)s::bigint[]) WITH ORDINALITY AS m(role, content, "
+            "tokens, ord) JOIN message_ids i USING (ord)), "
+            "counted AS (UPDATE sessions SET message_count = message_count + %(n_messages)s, "
+            "title = COALESCE(title, %(title)s), heartbeat_at = %(heartbeat)s "
+            "WHERE user_id = %(user)s AND id = %(session)s)"
+            f"{chunk_ctes} "
+            "SELECT 0, 0, n FROM turn UNION ALL SELECT 1, ord, id FROM message_ids"
+            f"{' UNION ALL SELECT 2, ord, id FROM chunk_ids' if chunk_ids else ''} "
+            "ORDER BY 1, 2",
+            params,
+        ).fetchall()
+        turn = int(rows[0][2])
+        return StoredTurn(
+            turn,
+            tuple(int(r[2]) for r in rows if r[0] == 1),
+            tuple(int(r[2]) for r in rows if r[0] == 2),
+        )
+
     def insert_chunks(
         self,
         session_id: int,
@@ -219,41 +279,52 @@ class PostgresTranscriptRows:
         *,
         created_at: str,
     ) -> list[int]:
-        terms = terms_of(list(texts))
-        if not terms:
+        params: dict[str, Any] = {"user": self._user, "session": session_id, "at": created_at}
+        ctes, any_chunk = self._chunk_ctes(texts, params, "%(first)s", "%(last)s")
+        if not any_chunk:
             return []
-        # One statement whatever the number of chunks: ids drawn from the table's sequence
-        # (ascending, in the texts' order, as SQLite hands them out), the rows and their
-        # postings inserted together (the postings' foreign key is checked at its end).
-        words, ordinals, freqs = posting_rows(range(1, len(terms) + 1), terms)
+        params.update(first=first_msg_id, last=last_msg_id)
         rows = self._conn.execute(
-            "WITH drawn AS (SELECT nextval(pg_get_serial_sequence('chunks', 'id')) AS id "
-            "FROM generate_series(1, %(n)s)), "
-            "ids AS (SELECT row_number() OVER (ORDER BY id) AS ord, id FROM drawn), "
-            "made AS (INSERT INTO chunks (user_id, id, session_id, first_msg_id, last_msg_id, "
-            "text, created_at, term_count) SELECT %(user)s, ids.id, %(session)s, %(first)s, "
-            "%(last)s, d.text, %(at)s, d.n FROM unnest(%(texts)s::text[], %(lengths)s::integer[]) "
-            "WITH ORDINALITY AS d(text, n, ord) JOIN ids USING (ord)), "
-            "posted AS (INSERT INTO chunk_terms (user_id, term, chunk_id, tf) "
-            "SELECT %(user)s, p.term, ids.id, p.tf FROM unnest(%(words)s::text[], "
-            "%(ordinals)s::bigint[], %(freqs)s::integer[]) AS p(term, ord, tf) "
-            "JOIN ids USING (ord)) "
-            "SELECT id FROM ids ORDER BY ord",
-            {
-                "n": len(terms),
-                "user": self._user,
-                "session": session_id,
-                "first": first_msg_id,
-                "last": last_msg_id,
-                "at": created_at,
-                "texts": list(texts),
-                "lengths": [length for _found, length in terms],
-                "words": words,
-                "ordinals": ordinals,
-                "freqs": freqs,
-            },
+            f"WITH {ctes.removeprefix(', ')} SELECT id FROM chunk_ids ORDER BY ord", params
         ).fetchall()
         return [int(r[0]) for r in rows]
+
+    @staticmethod
+    def _chunk_ctes(
+        texts: Sequence[str], params: dict[str, Any], first: str, last: str
+    ) -> tuple[str, bool]:
+        """The CTEs (each after ", ") inserting one chunk per text of the session
+        ``%(session)s`` spanning messages ``first``..``last`` (SQL expressions), with their
+        postings; they name the new ids ``chunk_ids(ord, id)``. Their parameters go into
+        ``params``. ("", False) where there are no texts."""
+        terms = terms_of(list(texts))
+        if not terms:
+            return "", False
+        # Ids drawn from the table's sequence (ascending, in the texts' order, as SQLite
+        # hands them out), the rows and their postings inserted together.
+        words, ordinals, freqs = posting_rows(range(1, len(terms) + 1), terms)
+        params.update(
+            n_chunks=len(terms),
+            texts=list(texts),
+            lengths=[length for _found, length in terms],
+            words=words,
+            ordinals=ordinals,
+            freqs=freqs,
+        )
+        return (
+            ", chunk_drawn AS (SELECT nextval(pg_get_serial_sequence('chunks', 'id')) AS id "
+            "FROM generate_series(1, %(n_chunks)s)), "
+            "chunk_ids AS (SELECT row_number() OVER (ORDER BY id) AS ord, id FROM chunk_drawn), "
+            "made AS (INSERT INTO chunks (user_id, id, session_id, first_msg_id, last_msg_id, "
+            f"text, created_at, term_count) SELECT %(user)s, i.id, %(session)s, {first}, "
+            f"{last}, d.text, %(at)s, d.n FROM unnest(%(texts)s::text[], %(lengths)s::integer[]) "
+            "WITH ORDINALITY AS d(text, n, ord) JOIN chunk_ids i USING (ord)), "
+            "posted AS (INSERT INTO chunk_terms (user_id, term, chunk_id, tf) "
+            "SELECT %(user)s, p.term, i.id, p.tf FROM unnest(%(words)s::text[], "
+            "%(ordinals)s::bigint[], %(freqs)s::integer[]) AS p(term, ord, tf) "
+            "JOIN chunk_ids i USING (ord))",
+            True,
+        )
 
     def session_chunks(self, session_id: int) -> list[ChunkRow]:
         rows = self._conn.execute(

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from ..transcript import ChunkRow, OpenSession, SessionState, TranscriptRows
+from ..transcript import ChunkRow, OpenSession, SessionState, StoredTurn, TranscriptRows
 
 _SESSION_LIST_KEYS = (
     "id",
@@ -162,6 +162,34 @@ class SqliteTranscriptRows:
             "title = COALESCE(title, ?), heartbeat_at = ? WHERE id = ?",
             (messages, title, heartbeat_at, session_id),
         )
+
+    def insert_turn(
+        self,
+        session_id: int,
+        messages: Sequence[tuple[str, str, int]],
+        chunk_texts: Sequence[str],
+        *,
+        created_at: str,
+        title: str | None,
+        heartbeat_at: str,
+    ) -> StoredTurn:
+        # In-process statements cost microseconds each: the family's own steps, in order.
+        turn = self.last_turn(session_id) + 1
+        message_ids = [
+            self.insert_message(
+                session_id, turn, role, content, created_at=created_at, token_estimate=tokens
+            )
+            for role, content, tokens in messages
+        ]
+        self.count_turn(session_id, len(message_ids), title, heartbeat_at)
+        chunk_ids = (
+            self.insert_chunks(
+                session_id, message_ids[0], message_ids[-1], chunk_texts, created_at=created_at
+            )
+            if chunk_texts
+            else []
+        )
+        return StoredTurn(turn, tuple(message_ids), tuple(chunk_ids))
 
     def newest_messages(self, session_id: int) -> Iterator[tuple[str, str, int]]:
         cur = self._conn.execute(
