@@ -294,7 +294,8 @@ def test_the_step_to_version_2_matches_a_fresh_schema_and_back_fills_every_user(
         migrations.BACKFILL_PAGE = page
     fresh = pgvector_database(pgvector_server)
     assert _layout(old) == _layout(fresh)
-    assert _layout(old)["version"] == (2,) and _layout(old)["forced"] == (True,)
+    layout = _layout(old)
+    assert layout["version"] == (schema.CURRENT_SCHEMA_VERSION,) and layout["forced"] == (True,)
     for user, ids in written.items():
         found = copies(old, user)
         assert set(found) == set(ids)
@@ -307,7 +308,7 @@ def test_a_version_1_database_without_the_extension_steps_up_with_nothing_added(
     old = _v1_database(postgres_server, extension=False)
     postgres_database.open_database(old, "owner").close()
     layout = _layout(old)
-    assert layout["version"] == (2,)
+    assert layout["version"] == (schema.CURRENT_SCHEMA_VERSION,)
     assert schema.PGVECTOR_COLUMN not in {c for c, _, _ in layout["columns"]}
     assert ("chunks_embedding_vec",) not in layout["triggers"]
 

@@ -63,6 +63,8 @@ def m003_cheaper_postings_and_session_chunks(conn: Any) -> None:
     ):
         conn.execute(f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {key}")
     conn.execute(POSTINGS_DELETE_FUNCTION)
+    for table in ("chunks", "facts"):  # idempotent, as every step
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_delete_postings ON {table}")
     for statement in POSTINGS_DELETE_TRIGGERS:
         conn.execute(statement)
     conn.execute("DROP INDEX IF EXISTS idx_chunks_session")

@@ -481,7 +481,7 @@ def _term_triggers() -> tuple[str, ...]:
 
 # Postings go with their rows (KEYWORD_DOC): once per statement, over the rows it deleted,
 # through the postings' (user_id, row id) index.
-POSTINGS_DELETE_FUNCTION = """CREATE FUNCTION elastimem_delete_postings() RETURNS trigger
+POSTINGS_DELETE_FUNCTION = """CREATE OR REPLACE FUNCTION elastimem_delete_postings() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_TABLE_NAME = 'chunks' THEN
