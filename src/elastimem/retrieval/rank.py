@@ -34,7 +34,8 @@ time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a week
 year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
 When the question names a time ("in May 2023", "the week before August 3, 2023"), a
 matching candidate said then gains ``temporal.DATE_BONUS`` (``scope``; shown in
-``time_bonus``), and names most chunks hold are left out of the query (``names.py``).
+``time_bonus``; chunks said then that no leg found join the candidates: ``span_pool.py``),
+and names most chunks hold are left out of the query (``names.py``).
 
 Facts have a vector leg too (``fact_vectors.py``): exact cosine over the live facts, scored
 on an absolute scale (``normalise_fact_cosines``) rather than min-max, since a handful of
@@ -62,7 +63,7 @@ from ..values import (
     Hit,
     TimelineResult,
 )
-from . import boosts, temporal
+from . import boosts, span_pool, temporal
 from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
@@ -613,6 +614,9 @@ def _rank_chunks(
     if found is not None:  # None: no leg, or no query vector after all
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
+        # chunks said within a time the question names, which no leg found (span_pool.py)
+        spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope)
+        vector.update((c, s) for c, s in spanned.items() if c not in vector and c not in keyword)
     ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
