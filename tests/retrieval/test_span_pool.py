@@ -81,3 +81,16 @@ def test_the_span_is_narrowed_by_its_slack_and_the_callers_filters() -> None:
     assert span_pool.span_filters(Filters(), scope) == Filters(None, "2023-07-05", "2023-07-10")
     narrowed = span_pool.span_filters(Filters(3, "2023-07-06T00:00:00Z", "2023-07-08"), scope)
     assert narrowed == Filters(3, "2023-07-06T00:00:00Z", "2023-07-08")
+
+
+def test_a_streaming_store_searches_the_span_too(painted: elastimem.Elastimem) -> None:
+    """At LITE the vectors are not resident (no ``VectorHits.within``): the leg runs again,
+    restricted to the span."""
+    painted.reconfigure(tier_override="lite")
+    assert painted.stats()["vector_backend"] == "numpy-stream"
+    hits = painted.recall(QUESTION, k=200, kinds=["chunk"])
+    sunset = next(h for h in hits if SUNSET in h.text)
+    breakdown = next(
+        b for b in painted.explain(QUESTION, k=200).chunk_breakdowns if b.chunk_id == sunset.id
+    )
+    assert breakdown.vector == pytest.approx(span_pool.SPAN_POOL_SHARE)

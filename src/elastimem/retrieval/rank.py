@@ -615,7 +615,7 @@ def _rank_chunks(
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
         # chunks said within a time the question names, which no leg found (span_pool.py)
-        spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope)
+        spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope, found)
         vector.update((c, s) for c, s in spanned.items() if c not in vector and c not in keyword)
     ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}

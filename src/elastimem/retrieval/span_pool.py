@@ -78,9 +78,13 @@ def span_candidates(
     filters: Filters,
     leg: VectorLeg[Filters] | None,
     scope: temporal.TimeScope | None,
+    found: list[tuple[int, float]] | None = None,
 ) -> dict[int, float]:
     """The vector scores of the best ``SPAN_POOL_N`` chunks said within ``scope`` (see the
-    module docstring); empty without a scope or a vector leg, or when the search fails."""
+    module docstring); empty without a scope or a vector leg, or when the search fails.
+    ``found``, the vector leg's answer: when it can search the span itself
+    (``VectorHits.within``: the decoded codes of the span's rows), the leg is not run again
+    (a second scan of every row, ~3.5 ms at 10k exchanges)."""
     if scope is None or leg is None or SPAN_POOL_N <= 0:
         return {}
     narrowed = span_filters(filters, scope)
@@ -90,9 +94,13 @@ def span_candidates(
         and narrowed.since >= narrowed.until
     ):
         return {}  # the caller's own filters leave nothing of the span
+    within = getattr(found, "within", None)  # VectorHits: the span's resident rows alone
     try:
-        with conn.guarded():
-            found = leg(conn, narrowed, SPAN_POOL_N + 1)()
+        if within is not None:
+            found = within(narrowed, SPAN_POOL_N + 1)
+        else:
+            with conn.guarded():
+                found = leg(conn, narrowed, SPAN_POOL_N + 1)()
     except Exception as exc:  # the extra search failing costs only its candidates
         logger.warning("the date-span vector search failed; ranking without it: %s", exc)
         return {}
