@@ -70,9 +70,14 @@ class VectorHits(list[tuple[int, float]]):
         self,
         hits: list[tuple[int, float]],
         vectors_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+        within: Callable[[Filters, int], list[tuple[int, float]]] | None = None,
     ) -> None:
         super().__init__(hits)
         self.vectors_of = vectors_of
+        # The search again under other filters, from the decoded codes of the rows passing
+        # them (no scan of the rest, no BLOB read): retrieval/span_pool.py. None where the
+        # rows are not resident (the LITE stream).
+        self.within = within
 
 
 STREAM_BLOCK_ROWS = 4096
@@ -489,7 +494,30 @@ class VectorIndex:
             ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
         best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
         hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
-        return VectorHits(hits, functools.partial(self._decoded, label, int(query.shape[0])))
+        dim = int(query.shape[0])
+        return VectorHits(
+            hits,
+            functools.partial(self._decoded, label, dim),
+            functools.partial(self._within, label, dim, query),
+        )
+
+    def _within(
+        self, label: str, dim: int, query: np.ndarray, filters: Filters, n: int
+    ) -> list[tuple[int, float]]:
+        """``VectorHits.within``: the top ``n`` rows passing ``filters`` by cosine with the
+        vectors decoded from the coarse codes (within ~0.01 of the exact ones)."""
+        with self._lock:
+            if (label, dim) != (self._label, self._dim) or n <= 0:
+                return []
+            count = self._count
+            mask = _filter_mask(self._sessions[:count], self._created[:count], filters)
+            rows = np.flatnonzero(mask) if mask is not None else np.arange(count)
+            if rows.size == 0:
+                return []
+            # einsum, not @: BLAS would wake its spinning threads (see scan.py).
+            scores = np.einsum("ij,j->i", quantized.decode_coarse(self._codes, rows), query)
+            best_ids, best_scores = _best(self._ids[rows], scores, n)
+        return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
     def _decoded(self, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``VectorHits.vectors_of``: the vectors of ``ids`` decoded from the codes, as the

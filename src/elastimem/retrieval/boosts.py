@@ -56,6 +56,37 @@ from ..storage.tx import Tx
 # feedback re-ranking only below the top 3 or 5 (R@5 unchanged, R@10 <= 0.8154); the
 # question words ("when", "did", "what"...) dropped from the embedded query text, leading
 # ones or all (0.742-0.744 / 0.812).
+#
+# Round 2 (issue 17), the vector side and aggregation, 2026-12-02: nothing below was kept.
+# LoCoMo dev through the API (benchmarks/locomo.py, hybrid, exchange level R@5 / R@10,
+# then cat 1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop); from main 0.7640 / 0.8304
+# (.405/.520 .880/.925 .415/.462 .880/.939), session level R@5 / R@10 0.879 / 0.945:
+#
+#   session support: each candidate gains w x (the best 2 other fused relevances of its
+#     session, summed); w 0.05 / 0.1 / 0.2     0.7613/0.8308, 0.7611/0.8320, 0.7552/0.8281
+#     (temporal R@5 .870; session level at w 0.1: 0.878 / 0.945)
+#   the same, the best other only, w 0.1        0.7589 / 0.8330 (multi-hop .395/.514)
+#   the same, mean of the best 3, w 0.1         0.7616 / 0.8301
+#   only from givers to receivers (the neighbour rule's sets), best other, w 0.05 / 0.1
+#                                               0.7600 / 0.8301, 0.7583 / 0.8316
+#   near-duplicate penalty among the best 30: p x (best cosine with a better candidate -
+#     c) / (1 - c); p 0.1, c 0.7 / p 0.2, c 0.6 0.7622 / 0.8281, 0.7654 / 0.8278 (cat1 R@10 .506)
+#   exchanges next to the best 5 givers that no leg found join the pool, lent s x the
+#     giver's fused relevance; s 0.4 / 0.55 / 0.7 0.7633/0.8317, 0.7646/0.8322, 0.7637/0.8295
+#     (0.55: multi-hop .412/.526 but temporal .877/.918; a peak one question wide, so not
+#     kept: 21 evidence turns outside the pool sit next to a top-10 hit, 87 do not)
+#   per-turn vectors (each message embedded alone, offline): the leg's cosine the max of
+#     the exchange's and its turns'            0.7607 / 0.8243 (open-domain .381/.451)
+#     a·exchange + (1-a)·best turn, a 0.5 / 0.75 0.7657/0.8250, 0.7645/0.8242; 100 cands
+#     at 0.75: 0.7661 / 0.8246. R@10 always lower: the exchange vector (with the previous
+#     exchange as context) is the better evidence; the extra vectors would have doubled
+#     the embedding work at ingest (2,760 messages) and needed a table on both backends.
+#   a second query vector from the question as a statement (wh-word and auxiliaries
+#     dropped), cosine 0.5/0.5 with the question's 0.7582 / 0.8300 (and a second embed)
+#   VECTOR_CANDIDATES 30 / 80 (with everything above as chosen) 0.7572/0.8287, 0.7635/0.8253
+# The graph and rule facts hold nothing to aggregate by on LoCoMo without an LLM (no facts,
+# no mentions). Where the evidence sits (k=300): multi-hop 48% of evidence turns in the top
+# 10, 29% at 11-50, 17% in no leg's candidates; open-domain 40% / 22% / 37%.
 FEEDBACK_DOCS = 2
 FEEDBACK_WEIGHT = 0.06
 TIME_MENTION_BONUS = 0.10

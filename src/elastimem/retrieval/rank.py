@@ -34,7 +34,8 @@ time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a week
 year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
 When the question names a time ("in May 2023", "the week before August 3, 2023"), a
 matching candidate said then gains ``temporal.DATE_BONUS`` (``scope``; shown in
-``time_bonus``), and names most chunks hold are left out of the query (``names.py``).
+``time_bonus``; chunks said then that no leg found join the candidates: ``span_pool.py``),
+and names most chunks hold are left out of the query (``names.py``).
 
 Facts have a vector leg too (``fact_vectors.py``): exact cosine over the live facts, scored
 on an absolute scale (``normalise_fact_cosines``) rather than min-max, since a handful of
@@ -62,7 +63,7 @@ from ..values import (
     Hit,
     TimelineResult,
 )
-from . import boosts, temporal
+from . import boosts, span_pool, temporal
 from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
@@ -148,6 +149,8 @@ class Weights:
 # chunk loses p per chunk of its session ranked above it, greedy): p 0.01 / 0.02 / 0.05 gave
 # 0.7450 / 0.8148, 0.7444 / 0.8105, 0.7395 / 0.8109 (multi-hop R@10 .518 -> .500 at 0.05):
 # LoCoMo's evidence sits next to its neighbours more often than in other sessions.
+# Round 2, vector side and aggregation (session support, per-turn vectors, neighbours
+# no leg found...): nothing kept, records above FEEDBACK_DOCS in boosts.py.
 DEFAULT_WEIGHTS = Weights()
 
 # The neighbour share (W_NEIGHBOUR) is lent only by an exchange that clearly matches the
@@ -611,6 +614,9 @@ def _rank_chunks(
     if found is not None:  # None: no leg, or no query vector after all
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
+        # chunks said within a time the question names, which no leg found (span_pool.py)
+        spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope, found)
+        vector.update((c, s) for c, s in spanned.items() if c not in vector and c not in keyword)
     ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
