@@ -60,6 +60,9 @@ class ChunkScoreBreakdown:
     # so it can be negative), counted in it too:
     # fused_relevance = legs + feedback + time_bonus + neighbour (retrieval.py).
     feedback: float = 0.0
+    # The expansion leg's score s_exp (retrieval/expansion.py), weighed into
+    # ``fused_relevance`` with the other legs.
+    expansion: float = 0.0
 
 
 @dataclass(frozen=True)

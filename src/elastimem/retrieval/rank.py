@@ -62,7 +62,7 @@ from ..values import (
     Hit,
     TimelineResult,
 )
-from . import boosts, temporal
+from . import boosts, expansion, temporal
 from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
@@ -245,6 +245,7 @@ class _Candidate:
     id: int
     fts: float = 0.0
     vector: float = 0.0
+    expansion: float = 0.0
     relevance: float = 0.0
     g: float = 0.0
     names: tuple[str, ...] = ()
@@ -299,6 +300,7 @@ def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
         neighbour=c.neighbour,
         time_bonus=c.time_bonus,
         feedback=c.feedback,
+        expansion=c.expansion,
     )
 
 
@@ -611,7 +613,10 @@ def _rank_chunks(
     if found is not None:  # None: no leg, or no query vector after all
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
-    ids = set(keyword) | set(vector)
+    expanded = expansion.leg(conn, terms, legs.keyword_index, keyword, found, normalise_with_floor)
+    if expanded:
+        weight_sum += expansion.EXPANSION_WEIGHT
+    ids = set(keyword) | set(vector) | set(expanded)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
         try:
@@ -628,7 +633,9 @@ def _rank_chunks(
     kept: list[tuple[int, int, str, float]] = []  # (id, session, created_at, importance)
     for cid, session_id, created_at, importance in _fetch_chunks(conn, sorted(ids)):
         relevance = (
-            weights.fts * keyword.get(cid, 0.0) + weights.vec * vector.get(cid, 0.0)
+            weights.fts * keyword.get(cid, 0.0)
+            + weights.vec * vector.get(cid, 0.0)
+            + expansion.EXPANSION_WEIGHT * expanded.get(cid, 0.0)
         ) / weight_sum
         if relevance <= 0 and graph_scores.get(cid, (0.0,))[0] <= 0:
             continue
@@ -667,6 +674,7 @@ def _rank_chunks(
             id=cid,
             fts=keyword.get(cid, 0.0),
             vector=vector.get(cid, 0.0),
+            expansion=expanded.get(cid, 0.0),
             relevance=fused[cid],
             g=g,
             names=names,
