@@ -60,8 +60,8 @@ class ChunkScoreBreakdown:
     # so it can be negative), counted in it too:
     # fused_relevance = legs + feedback + time_bonus + neighbour (retrieval.py).
     feedback: float = 0.0
-    # The expansion leg's score s_exp (retrieval/expansion.py), weighed into
-    # ``fused_relevance`` with the other legs.
+    # What query expansion (retrieval/expansion.py) added, counted in ``fused_relevance``:
+    # fused_relevance = legs + expansion + feedback + time_bonus + neighbour.
     expansion: float = 0.0
 
 

@@ -6,7 +6,7 @@ graph (chunks linked to entities reached from the query), and fact FTS/LIKE. Fil
 excluded session, ``since``/``until``, live unarchived facts) apply inside every leg, before
 its candidate cut. Then::
 
-    relevance = (W_FTS·s_fts + W_VEC·s_vec) / Σ W of the legs that ran
+    relevance = (W_FTS·s_fts + W_VEC·s_vec + W_EXP·s_exp) / Σ W of the legs that ran
     total     = relevance + W_IMP·(importance − 0.5) + W_REC·r(age, h) + W_GRAPH·g
 
 Candidates with ``relevance > 0`` or ``g > 0`` are ranked by ``−total``; ties put facts first,
@@ -32,6 +32,8 @@ the vector index, decoded from the codes it holds (``VectorHits``), not read aga
 when the question asks *when* (``WHEN_QUESTION``), a matching candidate that mentions a
 time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a weekday, a
 year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
+``s_exp`` is query expansion's (``expansion.py``: the words of the vector leg's best
+chunks that are rare in the store, searched as keywords; W_EXP outside Σ W).
 When the question names a time ("in May 2023", "the week before August 3, 2023"), a
 matching candidate said then gains ``temporal.DATE_BONUS`` (``scope``; shown in
 ``time_bonus``), and names most chunks hold are left out of the query (``names.py``).
@@ -614,8 +616,6 @@ def _rank_chunks(
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
     expanded = expansion.leg(conn, terms, legs.keyword_index, keyword, found, normalise_with_floor)
-    if expanded:
-        weight_sum += expansion.EXPANSION_WEIGHT
     ids = set(keyword) | set(vector) | set(expanded)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
@@ -674,7 +674,7 @@ def _rank_chunks(
             id=cid,
             fts=keyword.get(cid, 0.0),
             vector=vector.get(cid, 0.0),
-            expansion=expanded.get(cid, 0.0),
+            expansion=expansion.EXPANSION_WEIGHT * expanded.get(cid, 0.0) / weight_sum,
             relevance=fused[cid],
             g=g,
             names=names,
