@@ -60,9 +60,6 @@ class ChunkScoreBreakdown:
     # so it can be negative), counted in it too:
     # fused_relevance = legs + feedback + time_bonus + neighbour (retrieval.py).
     feedback: float = 0.0
-    # What query expansion (retrieval/expansion.py) added, counted in ``fused_relevance``:
-    # fused_relevance = legs + expansion + feedback + time_bonus + neighbour.
-    expansion: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -262,13 +262,8 @@ class KeywordIndex:
         exclude: Collection[int] = (),
         only: Collection[int] | None = None,
         any_size: bool = False,
-        weights: list[float] | None = None,
     ) -> list[tuple[int, float]] | None:
         """The best ``limit`` rows as (id, −bm25), best first, ties to the higher id.
-
-        ``weights``, one per term, scale each term's part of the sum (query expansion's
-        added words count less than the question's own); FTS5 has no such thing, so only
-        the index ranks with them.
 
         Rows in ``exclude``, or outside ``only`` when given (the live facts), are left out
         before the cut. ``conn`` must be inside one read snapshot. None when this query
@@ -277,13 +272,19 @@ class KeywordIndex:
         """
         try:
             with self._lock:
-                if not self._ready(conn, any_size):
+                if self._closed:
                     return None
+                state = self._read_state(conn)
+                if not any_size and state.rows < self.table.min_rows:
+                    return None
+                if not self._sync(conn, state):
+                    return None
+                if self._preloaded is not None and self._preloaded.catch_up is not None:
+                    self._catch_up(conn, self._preloaded)
                 tokens = self._tokens(conn, terms)
                 if any(t is None for t in tokens):
                     return None
-                weighted = [(t, w) for t, w in zip(tokens, weights or [1.0] * len(terms)) if t]
-                return self._score(conn, weighted, limit, exclude, only)
+                return self._score(conn, [t for t in tokens if t], limit, exclude, only)
         except _LeaveToFts5:
             return None
         except (StoreError, ValueError, MemoryError) as exc:
@@ -291,49 +292,6 @@ class KeywordIndex:
             with self._lock:
                 self._reset()
             return None
-
-    def document_frequencies(
-        self, conn: Tx, words: list[str]
-    ) -> tuple[int, dict[str, tuple[str, int]]] | None:
-        """The rows of the table, and for each of ``words`` that FTS5 makes one token of, that
-        token and the number of rows holding it (query expansion picks rare words with it).
-        None when the index cannot answer (as ``top``)."""
-        try:
-            with self._lock:
-                if not self._ready(conn, True):
-                    return None
-                out: dict[str, tuple[str, int]] = {}
-                for word, token in zip(words, self._tokens(conn, words), strict=True):
-                    if token:
-                        out[word] = (token, self._frequency(conn, token))
-                return self._rows, out
-        except (StoreError, ValueError, MemoryError) as exc:
-            logger.debug("keyword index unavailable for this query: %s", type(exc).__name__)
-            return None
-
-    def _frequency(self, conn: Tx, token: str) -> int:
-        """Rows holding ``token``: from the preload or the cache when there, else asked."""
-        if self._preloaded is not None:
-            start, end = self._preloaded.spans.get(token, (0, 0))
-            return end - start + len(self._preloaded.recent.get(token, ()))
-        cached = self._postings.get(token)
-        if cached is not None:
-            return cached.size
-        size = conn.postings.term_size(self.table.name, token)
-        return size[0] if size is not None else 0
-
-    def _ready(self, conn: Tx, any_size: bool) -> bool:
-        """In step with the table, which has ``min_rows`` unless ``any_size`` (see ``top``)."""
-        if self._closed:
-            return False
-        state = self._read_state(conn)
-        if not any_size and state.rows < self.table.min_rows:
-            return False
-        if not self._sync(conn, state):
-            return False
-        if self._preloaded is not None and self._preloaded.catch_up is not None:
-            self._catch_up(conn, self._preloaded)
-        return True
 
     def answers(self, conn: Tx) -> bool:
         """Whether ``top`` would rank at all (the table has ``min_rows``): lets a caller skip
@@ -557,19 +515,19 @@ class KeywordIndex:
     def _score(
         self,
         conn: Tx,
-        weighted: list[tuple[str, float]],
+        tokens: list[str],
         limit: int,
         exclude: Collection[int],
         only: Collection[int] | None,
     ) -> list[tuple[int, float]]:
-        if not weighted or self._rows == 0:
+        if not tokens or self._rows == 0:
             return []
         n_rows = float(self._rows)
         avgdl = self._total_tokens / n_rows
         row_parts: list[np.ndarray] = []
         score_parts: list[np.ndarray] = []
-        all_postings = self._postings_for(conn, [token for token, _ in weighted])
-        for token, weight in weighted:  # one FTS5 phrase per term: a repeated stem counts twice
+        all_postings = self._postings_for(conn, tokens)
+        for token in tokens:  # one FTS5 phrase per term, so a repeated stem counts twice
             postings = all_postings[token]
             df = len(postings.rows)
             if df == 0:
@@ -577,7 +535,6 @@ class KeywordIndex:
             idf = math.log((n_rows - df + 0.5) / (df + 0.5))
             if idf <= 0.0:
                 idf = 1e-6
-            idf *= weight
             f = postings.freqs
             dl = self._lengths[postings.rows]
             row_parts.append(postings.rows)

@@ -6,7 +6,7 @@ graph (chunks linked to entities reached from the query), and fact FTS/LIKE. Fil
 excluded session, ``since``/``until``, live unarchived facts) apply inside every leg, before
 its candidate cut. Then::
 
-    relevance = (W_FTS·s_fts + W_VEC·s_vec + W_EXP·s_exp) / Σ W of the legs that ran
+    relevance = (W_FTS·s_fts + W_VEC·s_vec) / Σ W of the legs that ran
     total     = relevance + W_IMP·(importance − 0.5) + W_REC·r(age, h) + W_GRAPH·g
 
 Candidates with ``relevance > 0`` or ``g > 0`` are ranked by ``−total``; ties put facts first,
@@ -32,8 +32,6 @@ the vector index, decoded from the codes it holds (``VectorHits``), not read aga
 when the question asks *when* (``WHEN_QUESTION``), a matching candidate that mentions a
 time (``mentions_time``: "yesterday", "last week", "3 days ago", a month, a weekday, a
 year) gains ``TIME_MENTION_BONUS``: the answer to "when did…" says when.
-``s_exp`` is query expansion's (``expansion.py``: the words of the vector leg's best
-chunks that are rare in the store, searched as keywords; W_EXP outside Σ W).
 When the question names a time ("in May 2023", "the week before August 3, 2023"), a
 matching candidate said then gains ``temporal.DATE_BONUS`` (``scope``; shown in
 ``time_bonus``), and names most chunks hold are left out of the query (``names.py``).
@@ -64,7 +62,7 @@ from ..values import (
     Hit,
     TimelineResult,
 )
-from . import boosts, expansion, temporal
+from . import boosts, temporal
 from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
@@ -247,7 +245,6 @@ class _Candidate:
     id: int
     fts: float = 0.0
     vector: float = 0.0
-    expansion: float = 0.0
     relevance: float = 0.0
     g: float = 0.0
     names: tuple[str, ...] = ()
@@ -302,7 +299,6 @@ def _chunk_breakdown(c: _Candidate) -> ChunkScoreBreakdown:
         neighbour=c.neighbour,
         time_bonus=c.time_bonus,
         feedback=c.feedback,
-        expansion=c.expansion,
     )
 
 
@@ -615,8 +611,7 @@ def _rank_chunks(
     if found is not None:  # None: no leg, or no query vector after all
         weight_sum += weights.vec
         vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
-    expanded = expansion.leg(conn, terms, legs.keyword_index, keyword, found, normalise_with_floor)
-    ids = set(keyword) | set(vector) | set(expanded)
+    ids = set(keyword) | set(vector)
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
         try:
@@ -633,9 +628,7 @@ def _rank_chunks(
     kept: list[tuple[int, int, str, float]] = []  # (id, session, created_at, importance)
     for cid, session_id, created_at, importance in _fetch_chunks(conn, sorted(ids)):
         relevance = (
-            weights.fts * keyword.get(cid, 0.0)
-            + weights.vec * vector.get(cid, 0.0)
-            + expansion.EXPANSION_WEIGHT * expanded.get(cid, 0.0)
+            weights.fts * keyword.get(cid, 0.0) + weights.vec * vector.get(cid, 0.0)
         ) / weight_sum
         if relevance <= 0 and graph_scores.get(cid, (0.0,))[0] <= 0:
             continue
@@ -674,7 +667,6 @@ def _rank_chunks(
             id=cid,
             fts=keyword.get(cid, 0.0),
             vector=vector.get(cid, 0.0),
-            expansion=expansion.EXPANSION_WEIGHT * expanded.get(cid, 0.0) / weight_sum,
             relevance=fused[cid],
             g=g,
             names=names,
