@@ -148,6 +148,14 @@ class Weights:
 # chunk loses p per chunk of its session ranked above it, greedy): p 0.01 / 0.02 / 0.05 gave
 # 0.7450 / 0.8148, 0.7444 / 0.8105, 0.7395 / 0.8109 (multi-hop R@10 .518 -> .500 at 0.05):
 # LoCoMo's evidence sits next to its neighbours more often than in other sessions.
+# Round 2, keyword side (2026-12-02, from the figures above): nothing kept. RM3 expansion
+# (the words of the best 2 chunks that are rare in the store, 8 terms, a fourth leg at 0.1):
+# fed by the fused best 0.7615-0.7636 / 0.8270-0.8304; fed by the vector leg's best 0.7625 /
+# 0.8389 (multi-hop .400/.528; session level 0.876 / 0.944 against 0.879 / 0.945; keyword
+# only 0.7205 / 0.7744), but tokenising the feedback chunks' words and scoring the added
+# terms and candidates took recall p50 at 10k exchanges from 6.7 to 13.6 ms (keyword) and
+# 24.6 to 29.9 ms (hybrid), in-process A/B at load ~6. Other trials: above WHEN_QUESTION
+# (boosts.py), at COMMON_NAME_SHARE (names.py), at K1 (index/keyword.py).
 DEFAULT_WEIGHTS = Weights()
 
 # The neighbour share (W_NEIGHBOUR) is lent only by an exchange that clearly matches the
