@@ -93,6 +93,30 @@ TIME_MENTION_BONUS = 0.10
 
 _MONTHS = "january february march april may june july august september october november december"
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
+# Round 2, keyword side (2026-12-02; hybrid before 0.7640 / 0.8304): nothing kept. RM3 expansion
+# (the words of the best 2 chunks that are rare in the store, 8 terms, a fourth leg at 0.1):
+# fed by the fused best 0.7615-0.7636 / 0.8270-0.8304; fed by the vector leg's best 0.7625 /
+# 0.8389 (multi-hop .400/.528; session level 0.876 / 0.944 against 0.879 / 0.945; keyword
+# only 0.7205 / 0.7744), but tokenising the feedback chunks' words and scoring the added
+# terms and candidates took recall p50 at 10k exchanges from 6.7 to 13.6 ms (keyword) and
+# 24.6 to 29.9 ms (hybrid), in-process A/B at load ~6. Other trials: below, at
+# COMMON_NAME_SHARE (names.py), at K1 (index/keyword.py).
+#
+# Questions whose answer is spread over sessions, told by their form ("how many", "what" or
+# "which" + a plural, "both", "has X <participle>": 93 of the dev split's 142 multi-hop
+# questions, 47 of 418 single-hop), tried 2026-12-02 by re-ranking each question's
+# recall(k=50) offline (hybrid from 0.7640 / 0.8304): a per-session cap with backfill for
+# them only, 1 / 2 / 3 chunks: 0.7381 / 0.7952, 0.7555 / 0.8207, 0.7638 / 0.8297; a
+# per-session penalty for them only, 0.02 / 0.05 / 0.1 / 0.2: 0.7623 / 0.8290, 0.7615 /
+# 0.8296, 0.7617 / 0.8272, 0.7581 / 0.8244 (multi-hop R@10 at most .523 against .520;
+# keyword only at best 0.7176 / 0.7696 against 0.7183 / 0.7677). Not kept: the evidence of
+# a spread answer is as often the neighbour of a hit as in another session. Nor the words
+# of a question's form ("how many", "kind/type/sort of", also "might", "would", "mention",
+# "describe", "likely", "as") left out of the keyword terms: 0.7611-0.7615 / 0.8284-0.8290
+# (keyword only 0.7164 / 0.7667-0.7680): BM25's idf already weighs them little. The other
+# way round, stopwords kept as terms: "before" and "after" 0.7679 / 0.8321 (multi-hop
+# .412/.527) but keyword only 0.7183 / 0.7673 (single-hop R@10 .857 against .859), about
+# three questions either way; "again", "no", "not": no change.
 # "When did…", "what year/month/day/date/time…", "how long ago…" (English only).
 WHEN_QUESTION = re.compile(
     r"^\s*when\b|\bwhat (?:year|month|day|date|time)\b|\bhow long ago\b", re.IGNORECASE

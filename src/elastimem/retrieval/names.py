@@ -32,6 +32,11 @@ logger = logging.getLogger("elastimem")
 # Keyword only, share 0.3: 0.7183 / 0.7677 against 0.7018 / 0.7611. A lower share also
 # drops names that still say who did what ("Melanie's kids"), so the smallest step that
 # helps both granularities (session R@10 0.933 -> 0.945 with the date bonus) was kept.
+# A name that discriminates (in the question, not calendar words, below the share) was also
+# given its own bonus, NAME_BONUS × the share of such names a matching chunk holds (2026-12-02;
+# hybrid / keyword only): 0.05 0.7604 / 0.8262, 0.7193 / 0.7681; 0.1 0.7602 / 0.8255,
+# 0.7219 / 0.7655; 0.2 0.7501 / 0.8122, 0.7169 / 0.7622. Not kept: such a name is rare, so
+# BM25's idf already makes it count, and a bonus lifts every passing mention of it.
 COMMON_NAME_SHARE = 0.3
 # Below this many chunks a share says little (a new store's first exchanges all greet).
 MIN_CHUNKS = 20

@@ -149,8 +149,8 @@ class Weights:
 # chunk loses p per chunk of its session ranked above it, greedy): p 0.01 / 0.02 / 0.05 gave
 # 0.7450 / 0.8148, 0.7444 / 0.8105, 0.7395 / 0.8109 (multi-hop R@10 .518 -> .500 at 0.05):
 # LoCoMo's evidence sits next to its neighbours more often than in other sessions.
-# Round 2, vector side and aggregation (session support, per-turn vectors, neighbours
-# no leg found...): nothing kept, records above FEEDBACK_DOCS in boosts.py.
+# Round 2, nothing else kept: vector side and aggregation above FEEDBACK_DOCS (boosts.py),
+# keyword side (RM3 expansion, BM25 k1/b, spread questions) above WHEN_QUESTION (boosts.py).
 DEFAULT_WEIGHTS = Weights()
 
 # The neighbour share (W_NEIGHBOUR) is lent only by an exchange that clearly matches the
