@@ -42,6 +42,7 @@ from latency import Corpus, SyntheticEmbedder, make_queries, pct, pg_bulk_load  
 
 from elastimem import storage  # noqa: E402
 from elastimem.config import ElastimemConfig  # noqa: E402
+from elastimem.index import in_database  # noqa: E402
 from elastimem.index import vectors as vector_index  # noqa: E402
 from elastimem.retrieval.rank import VECTOR_CANDIDATES, Filters  # noqa: E402
 from elastimem.storage.postgres import migrations  # noqa: E402
@@ -152,7 +153,7 @@ def run_size(size: int, args: argparse.Namespace, admin: str, app: str) -> dict[
         row["hnsw_build_s"] = time.perf_counter() - t0
         hnsw = vector_index.VectorIndex(db, ElastimemConfig(vector_backend="hnsw"))
         for ef in args.ef:
-            vector_index.PGVECTOR_MIN_EF_SEARCH = ef
+            in_database.PGVECTOR_MIN_EF_SEARCH = ef
             found, times, path = search_all(hnsw, db, vectors)
             point = {
                 "ef": ef,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import elastimem
+from elastimem.index import in_database
 from elastimem.index import vectors as vectors_module
 from elastimem.retrieval.rank import Filters
 from elastimem.storage.postgres import database as postgres_database
@@ -104,7 +105,7 @@ def test_the_cut_fetches_more_when_the_servers_distances_leave_it_in_doubt(
     database = open_user()
     vectors = np.repeat(unit_rows(np.random.default_rng(4), 1, DIM), 40, axis=0)
     ids = add_chunks(database, vectors)
-    monkeypatch.setattr(vectors_module, "IN_DATABASE_EXTRA_ROWS", 1)
+    monkeypatch.setattr(in_database, "IN_DATABASE_EXTRA_ROWS", 1)
     got = search(index_for(database, vector_backend="pgvector"), database, vectors[0], 3)
     assert [cid for cid, _ in got] == sorted(ids, reverse=True)[:3]
     assert got == reference(database, vectors[0], 3)

@@ -38,7 +38,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 import numpy as np
 
@@ -47,37 +46,21 @@ from ..storage.database import Database
 from ..storage.tx import Tx
 from ..storage.vectors import CREATED_DTYPE
 from . import ann as ann_module
-from . import quantized
+from . import in_database, quantized
 from .embedding_source import EmbeddingSource as EmbeddingSource  # callers import it here
 from .exact_cache import ExactVectorCache
 from .scan import RowScorer, candidates, row_scores
+from .vector_hits import ANN_MIN_FETCH, ANN_OVERFETCH, best, read_decoded
+
+# Callers import these here.
+from .vector_hits import Filters as Filters
+from .vector_hits import VectorHits as VectorHits
+from .vector_hits import exact_scores as exact_scores
 from .vector_writes import PASSAGE_CONTEXT_CHARS as PASSAGE_CONTEXT_CHARS
 from .vector_writes import passage_texts as passage_texts
 from .vector_writes import write_vectors as write_vectors
 
 logger = logging.getLogger("elastimem")
-
-
-class VectorHits(list[tuple[int, float]]):
-    """A vector leg's answer, ``[(chunk_id, cosine)]``, that can also hand over chunks' unit
-    vectors: ``vectors_of(ids)`` returns ``(held, matrix)``, ``matrix[i]`` the vector of
-    ``ids[i]`` where ``held[i]`` (zeros elsewhere). The vector index decodes them from the
-    codes it holds anyway (``quantized.decode_coarse``: within ~0.01 of the stored vectors,
-    and the same on every backend), so the feedback term costs a gather and a product over
-    the ~100 candidates rather than a read of their BLOBs."""
-
-    def __init__(
-        self,
-        hits: list[tuple[int, float]],
-        vectors_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
-        within: Callable[[Filters, int], list[tuple[int, float]]] | None = None,
-    ) -> None:
-        super().__init__(hits)
-        self.vectors_of = vectors_of
-        # The search again under other filters, from the decoded codes of the rows passing
-        # them (no scan of the rest, no BLOB read): retrieval/span_pool.py. None where the
-        # rows are not resident (the LITE stream).
-        self.within = within
 
 
 STREAM_BLOCK_ROWS = 4096
@@ -90,67 +73,19 @@ _TS_DTYPE = CREATED_DTYPE  # the fixed-width canonical timestamp, compared as by
 
 # HNSW query (§4.4): over-fetch max(4k, 64) candidates, doubling while the filters leave
 # fewer than k; past this share of the index an exact filtered scan is cheaper.
-ANN_OVERFETCH = 4
-ANN_MIN_FETCH = 64
 ANN_MAX_FETCH_SHARE = 0.25
 # Persist the in-memory graph again once this many rows were added since the snapshot
 # (or 10% of it, if more): a reopen then has little to add.
 ANN_RESAVE_MIN_ROWS = 10_000
 
-# In the database (PostgreSQL with pgvector, see _nearest_exact): rows fetched beyond the n
-# needed, so that the server's float32 distances rarely leave the cut in doubt.
-IN_DATABASE_EXTRA_ROWS = 16
-# pgvector's HNSW walk: its candidate list (hnsw.ef_search), at least the over-fetch of the
-# HNSW query above and at most pgvector's limit 1000. Tuned on benchmarks/pgvector.py (one
-# user of 100k synthetic 384-dim exchanges among 110k rows, pgvector 0.6.2, m=16,
-# ef_construction=64): recall@10 against the exact top 10 was 0.904 at 200, 0.972 at 400 and
-# 0.999 at 1000 (143 ms p50 against 221 ms for the exact scan): only 1000 meets the 0.98 goal
-# of §4.4.
-PGVECTOR_MIN_EF_SEARCH = 1000
-PGVECTOR_MAX_EF_SEARCH = 1000
 # How long the list of the database's HNSW indexes is trusted (a catalog query otherwise
 # on every search); an index an operator creates is used within this many seconds.
 HNSW_DIMS_TTL_SECONDS = 60.0
 
 
-class Filters(Protocol):
-    """What a vector search filters on (``retrieval.Filters`` is one)."""
-
-    @property
-    def exclude_session(self) -> int | None: ...
-
-    @property
-    def since(self) -> str | None: ...
-
-    @property
-    def until(self) -> str | None: ...
-
-
-# -- exact scoring ------------------------------------------------------------------------------
-
-
-def exact_scores(rows: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosines in float64, each row summed on its own: the same value wherever a row sits.
-
-    BLAS's float32 product may round a row differently depending on its position and the
-    number of rows (its kernels work on groups of rows), which would let two backends
-    disagree on near-ties. A per-row float64 reduction does not.
-    """
-    if rows.shape[0] == 0:
-        return np.zeros(0, dtype=np.float64)
-    products = np.asarray(rows, dtype=np.float64) * np.asarray(query, dtype=np.float64)
-    return np.add.reduce(products, axis=1)
-
-
 def _margin(dim: int) -> float:
     """Twice the worst float32 rounding of a unit-vector dot product (γ_dim ≈ dim·2⁻²⁴)."""
     return 2.0 * dim * 2.0**-24 + 1e-9
-
-
-def _best(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first ``n`` by ``(-score, -id)``."""
-    order = np.lexsort((-ids, -scores))[:n]
-    return ids[order], scores[order]
 
 
 class VectorIndex:
@@ -492,7 +427,7 @@ class VectorIndex:
             read_ids, read = conn.vectors.read(label, int(query.shape[0]), missing.tolist())
             self._exact.add(read_ids, read)
             ids, vectors = np.concatenate([kept_ids, read_ids]), np.concatenate([kept, read])
-        best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
+        best_ids, best_scores = best(ids, exact_scores(vectors, query), n)
         hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
         dim = int(query.shape[0])
         return VectorHits(
@@ -516,7 +451,7 @@ class VectorIndex:
                 return []
             # einsum, not @: BLAS would wake its spinning threads (see scan.py).
             scores = np.einsum("ij,j->i", quantized.decode_coarse(self._codes, rows), query)
-            best_ids, best_scores = _best(self._ids[rows], scores, n)
+            best_ids, best_scores = best(self._ids[rows], scores, n)
         return [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
 
     def _decoded(self, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -567,15 +502,15 @@ class VectorIndex:
         """The database's answer: through its HNSW index of ``dim`` when there is one and
         the user holds at least ``ann_min_rows`` such vectors (or ``vector_backend`` is
         ``"hnsw"``), else exact (``vector_backend="pgvector"``, or the walk found fewer than
-        ``n``); scores exact either way (see ``_nearest_exact``)."""
+        ``n``); scores exact either way (see ``in_database.nearest_exact``)."""
         self._warn_if_other_models(conn, label, dim)
         if self._wants_pgvector_hnsw(conn, label, dim):
-            found = _nearest_hnsw(conn, query, label, dim, filters, n)
+            found = in_database.nearest_hnsw(conn, query, label, dim, filters, n)
             if found is not None:
                 self._in_database_path = "pgvector-hnsw"
                 return found
         self._in_database_path = "pgvector"
-        return _nearest_exact(conn, query, label, dim, filters, n)
+        return in_database.nearest_exact(conn, query, label, dim, filters, n)
 
     def _wants_pgvector_hnsw(self, conn: Tx, label: str, dim: int) -> bool:
         now = time.monotonic()
@@ -799,93 +734,9 @@ def _search_streaming(
         picked = candidates(row_scores(matrix, query), None, n, _margin(dim))
         best_ids = np.concatenate([best_ids, block.ids[picked]])
         best_scores = np.concatenate([best_scores, exact_scores(matrix[picked], query)])
-        best_ids, best_scores = _best(best_ids, best_scores, n)
+        best_ids, best_scores = best(best_ids, best_scores, n)
     hits = [(int(i), float(s)) for i, s in zip(best_ids, best_scores)]
-    return VectorHits(hits, functools.partial(_read_decoded, conn, label, dim))
-
-
-def _pgvector_margin(dim: int) -> float:
-    """A bound on how far pgvector's cosine (float32 sums of the product and both norms,
-    divided in float64) may stray from :func:`exact_scores` for unit float32 vectors: about
-    dim·2⁻²⁴ for the product, as much again for each norm's effect, doubled for safety."""
-    return 8.0 * dim * 2.0**-24 + 1e-7
-
-
-def _in_database_hits(
-    conn: Tx, label: str, dim: int, ids: np.ndarray, scores: np.ndarray
-) -> list[tuple[int, float]]:
-    hits = [(int(i), float(s)) for i, s in zip(ids, scores)]
-    return VectorHits(hits, functools.partial(_read_decoded, conn, label, dim))
-
-
-def _nearest_exact(
-    conn: Tx, query: np.ndarray, label: str, dim: int, filters: Filters, n: int
-) -> list[tuple[int, float]]:
-    """The exact top ``n`` from the database's ordering: the nearest ``n`` + a few by its
-    distance, re-scored from their stored vectors as every backend scores. Every row not
-    fetched lies at least as far as the last one fetched, so its exact score is at most
-    ``1 - that distance + margin``; while that could still reach the n-th score, fetch more.
-    Results are those of the resident search, ids and scores."""
-    limit = n + IN_DATABASE_EXTRA_ROWS
-    margin = _pgvector_margin(dim)
-    # pgvector divides by the query's length, the exact score does not (a unit query: 1).
-    length = float(np.sqrt(np.add.reduce(np.asarray(query, dtype=np.float64) ** 2)))
-    while True:
-        ids, distances, vectors = conn.vectors.nearest(
-            label,
-            dim,
-            query,
-            limit,
-            exclude_session=filters.exclude_session,
-            since=filters.since,
-            until=filters.until,
-        )
-        best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
-        if ids.size < limit:
-            break  # every row passing the filters was fetched
-        bound = length * (1.0 - float(distances[-1]) + margin)  # of any row not fetched
-        if best_scores.size == n and bound < best_scores[-1]:
-            break
-        limit *= 4
-    return _in_database_hits(conn, label, dim, best_ids, best_scores)
-
-
-def _nearest_hnsw(
-    conn: Tx, query: np.ndarray, label: str, dim: int, filters: Filters, n: int
-) -> list[tuple[int, float]] | None:
-    """The top ``n`` of the candidates pgvector's HNSW index finds (over-fetched as the
-    in-process HNSW query does), re-scored exactly; None when it finds fewer than ``n``
-    (pgvector before 0.8 filters the user's rows after its walk, so a user holding a small
-    share of the index, or strict filters, leave too few): then the exact search answers."""
-    fetch = max(ANN_OVERFETCH * n, ANN_MIN_FETCH)
-    ef_search = min(max(fetch, PGVECTOR_MIN_EF_SEARCH), PGVECTOR_MAX_EF_SEARCH)
-    ids, _distances, vectors = conn.vectors.nearest(
-        label,
-        dim,
-        query,
-        fetch,
-        exclude_session=filters.exclude_session,
-        since=filters.since,
-        until=filters.until,
-        ef_search=ef_search,
-    )
-    if ids.size < n:
-        return None
-    best_ids, best_scores = _best(ids, exact_scores(vectors, query), n)
-    return _in_database_hits(conn, label, dim, best_ids, best_scores)
-
-
-def _read_decoded(conn: Tx, label: str, dim: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``VectorHits.vectors_of`` without resident rows (LITE): the stored vectors of
-    ``ids``, coded and decoded as the resident index holds them, so that LITE ranks as the
-    resident index does."""
-    found, vectors = conn.vectors.read(label, dim, ids.tolist())
-    position = {cid: n for n, cid in enumerate(found.tolist())}
-    rows = np.asarray([position.get(cid, -1) for cid in ids.tolist()], dtype=np.int64)
-    held = rows >= 0
-    out = np.zeros((ids.size, dim), dtype=np.float32)
-    out[held] = quantized.decode_coarse(quantized.encode(vectors), rows[held])
-    return held, out
+    return VectorHits(hits, functools.partial(read_decoded, conn, label, dim))
 
 
 def _hand_over(found: list[tuple[int, float]]) -> list[tuple[int, float]]:
