@@ -91,8 +91,7 @@ class CliState:
             raise click.UsageError(f"--user: {exc}") from None
 
     def shown(self) -> str:
-        """The store as messages name it: the file, or the server address without its
-        password and the user."""
+        """The store in messages: the file, or the server address (no password) and the user."""
         where = self.db_path()
         if not is_postgres_url(where):
             return where
@@ -224,8 +223,7 @@ def main(ctx: click.Context, db_path: str | None, user: str | None, output: str 
 @main.command()
 @pass_state
 def path(state: CliState) -> None:
-    """Print the store file in use (on a server: its address, without the password, and the
-    user).
+    """Print the store file in use (on a server: its address without password, and the user).
 
     \b
     Example:
@@ -892,9 +890,11 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_keys import keys_group  # noqa: E402 - it imports this module's helpers
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+main.add_command(keys_group)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -7,6 +7,10 @@ in a request can name another user. A REST body larger than the limit is a 413 b
 read in full; any other refusal is a 4xx with ``{"error": one sentence}``, and a failure
 inside the store a 5xx that names no file, so no request can stop the server.
 
+Each key has a scope (``keys``): a route or MCP tool beyond it is a 403. With ``rate`` set,
+each key has its own token bucket (``limits``): past it, a 429 with ``Retry-After``. A body
+that has not arrived ``read_timeout`` seconds after the headers is a 408.
+
 The lifespan opens the store pool (and the MCP session manager); at shutdown, after uvicorn
 has drained the requests in flight, it closes every store.
 """
@@ -27,17 +31,19 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
 from . import rest
-from .keys import KeyRing
-from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
+from .keys import KeyRing, Principal
+from .limits import Rate, RateLimiter, retry_after
+from .mcp_http import NEEDS_SDK, PRINCIPAL_SCOPE_KEY, USER_SCOPE_KEY, McpEndpoint
 from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
 
 logger = logging.getLogger("elastimem")
 
 DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_READ_TIMEOUT = 30.0  # seconds for a request body to arrive in full
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 UNAUTHORIZED = "a valid bearer token is required"
 MCP_METHODS = ["GET", "POST", "DELETE"]
@@ -51,6 +57,8 @@ class ServiceOptions:
     max_body: int = DEFAULT_MAX_BODY
     host: str = "127.0.0.1"
     store_options: dict[str, Any] = field(default_factory=dict)
+    rate: Rate | None = None  # per key; None: no limit
+    read_timeout: float = DEFAULT_READ_TIMEOUT
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -58,11 +66,33 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class _Authenticate:
-    """Pure ASGI: resolve the bearer token to a user id, or answer 401."""
+    """Pure ASGI: resolve the bearer token to its key (or 401), count the key's rate (or
+    429), and give the request body a deadline (or 408)."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: KeyRing, limiter: RateLimiter | None, read_timeout: float
+    ) -> None:
         self.app = app
         self.keys = keys
+        self.limiter = limiter
+        self.read_timeout = read_timeout
+        # A token that needs the slow hash is verified off the loop, two at a time, so a
+        # flood of wrong tokens cannot stall the requests of known keys.
+        self._hashing = asyncio.Semaphore(2)
+
+    async def _principal(self, scope: Scope) -> Principal | None:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                token = token.strip()
+                if scheme.lower() != "bearer" or not token:
+                    return None
+                found = self.keys.cached(token)
+                if found is None and self.keys.needs_hash(token):
+                    async with self._hashing:
+                        found = await asyncio.to_thread(self.keys.lookup, token)
+                return found
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (
@@ -70,20 +100,59 @@ class _Authenticate:
         ):
             await self.app(scope, receive, send)
             return
-        user_id = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and token.strip():
-                    user_id = self.keys.user_for(token.strip())
-                break
-        if user_id is None:
+        principal = await self._principal(scope)
+        if principal is None:
             response = _error(401, UNAUTHORIZED)
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        scope[USER_SCOPE_KEY] = user_id
-        await self.app(scope, receive, send)
+        wait = self.limiter.wait_for(principal.label) if self.limiter is not None else 0.0
+        if wait > 0:
+            response = _error(429, "this key sent more requests than its rate limit allows")
+            response.headers["Retry-After"] = retry_after(wait)
+            await response(scope, receive, send)
+            return
+        scope[USER_SCOPE_KEY] = principal.user
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        started = False
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, _body_deadline(receive, self.read_timeout), send_started)
+        except _BodyTooSlow as exc:  # the /mcp app let it through
+            if started:
+                raise
+            await _error(408, str(exc))(scope, receive, send)
+
+
+class _BodyTooSlow(rest.ApiError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} seconds")
+
+
+def _body_deadline(receive: Receive, seconds: float) -> Receive:
+    """``receive`` that raises ``_BodyTooSlow`` when the body is not in ``seconds`` after
+    the headers: a client trickling its body cannot hold the request open for ever."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    done = False
+
+    async def timed() -> Message:
+        nonlocal done
+        if done:  # the body is in: what follows (a disconnect) may come at any time
+            return await receive()
+        try:
+            message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+        except asyncio.TimeoutError:
+            raise _BodyTooSlow(seconds) from None
+        done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return timed
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -147,6 +216,10 @@ def build_app(options: ServiceOptions) -> Starlette:
 
         async def handle(request: Request) -> Response:
             user_id = request.scope[USER_SCOPE_KEY]
+            principal: Principal = request.scope[PRINCIPAL_SCOPE_KEY]
+            if not principal.allows(endpoint.scope):
+                return _error(403, f"this key's scope ({principal.scope}) does not allow "
+                                   f"{where}; it needs a {endpoint.scope} key")  # fmt: skip
             try:
                 body = await _read_body(request, options.max_body)
                 if endpoint.streams:
@@ -224,7 +297,10 @@ def build_app(options: ServiceOptions) -> Starlette:
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
-    app.add_middleware(_Authenticate, keys=options.keys)
+    limiter = RateLimiter(options.rate) if options.rate is not None else None
+    app.add_middleware(
+        _Authenticate, keys=options.keys, limiter=limiter, read_timeout=options.read_timeout
+    )
     return app
 
 

@@ -207,8 +207,10 @@ class Endpoint:
     streams: bool = False
     # Other answers: a status with its description (the body has the same schema) ...
     also: tuple[tuple[int, str], ...] = ()
-    # ... and refusals beyond the 400/401/413/503 every endpoint may give.
+    # ... and refusals beyond the 400/401/403/408/413/429/503 every endpoint may give.
     refusals: tuple[int, ...] = ()
+    # The least key scope that may call it: read < write < admin (``keys.SCOPES``).
+    scope: str = "read"
 
     @property
     def operation_id(self) -> str:
@@ -349,6 +351,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             Arg("at", TIME),
         ),
         status=201, response=_obj(recorded={"type": "boolean"}, session_id=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/recall", "Search conversations and facts, best first.", _recall,
@@ -389,6 +392,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         response=_obj(changed={"type": "boolean"}, reason=_STR, key=_STR),
         refusals=(422,),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/facts/{key}/history", "Every version of a fact, oldest first.",
@@ -397,6 +401,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "DELETE", "/v1/facts/{key}", "Stop using a fact (its history is kept); 404 when none.",
         _forget, response=_obj(forgotten={"type": "boolean"}),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/timeline", "How the fact a question is about changed over time.", _timeline,
@@ -412,6 +417,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         status=201, response=_obj(added={"type": "boolean"}),
         also=((200, "Not added: already a current lesson, or refused by the guards."),),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/sessions", "The most recent sessions, newest first.", _sessions,
@@ -423,10 +429,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "POST", "/v1/sessions", "Start a session (the open one ends).", _begin_session,
         body=(Arg("at", TIME), Arg("host_tag", _text("A label for the host.", max_length=200))),
         status=201, response=_obj(session_id=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/sessions/{session_id}/end", "End the open session; its summary follows.",
         _end_session, body=(), response=_obj(ended=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/erase", "Erase a fact's history or a session, unrecoverably; 404 when "
@@ -439,6 +447,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
         refusals=(404,),
+        scope="admin",
     ),
     Endpoint(
         "GET", "/v1/export", "The whole store as JSON Lines, streamed.", _export, streams=True,
@@ -574,7 +583,10 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
                 },
                 "400": error,
                 "401": error,
+                "403": error,
+                "408": error,
                 "413": error,
+                "429": error,
                 "503": error,
             },
         }
