@@ -33,6 +33,10 @@ MAX_LIST = 1000
 MAX_TEXT = 1_000_000  # characters; the body limit usually bites first
 EXPORT_CHUNK_BYTES = 64 * 1024
 EXPORT_CHUNKS_IN_FLIGHT = 8
+# Characters of a path or query value: percent-encoded (up to 9 bytes each) it keeps the
+# request head under uvicorn's 16 KiB limit, past which the connection is just closed (the
+# fuzzer found a 16,384-character ``q`` that the schema allowed cut off that way).
+MAX_URL_TEXT = 1000
 # Paths that reveal where the stores live on the server; left out of /v1/stats.
 STATS_HIDDEN = frozenset({"path"})
 
@@ -104,6 +108,8 @@ def check(value: Any, schema: Mapping[str, Any], name: str) -> Any:
                 raise ApiError(400, f"{name} is not a readable ISO-8601 time") from None
         return value
     if kind == "integer":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON Schema: 244.0 is an integer (found by the fuzzer)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ApiError(400, f"{name} must be an integer")
         low, high = schema.get("minimum"), schema.get("maximum")
@@ -211,6 +217,8 @@ class Endpoint:
     refusals: tuple[int, ...] = ()
     # The least key scope that may call it: read < write < admin (``keys.SCOPES``).
     scope: str = "read"
+    # More of the body's JSON schema than its fields say (which fields go together).
+    body_rule: dict[str, Any] = field(default_factory=dict)
 
     @property
     def operation_id(self) -> str:
@@ -330,14 +338,19 @@ def _obj(**props: Any) -> dict[str, Any]:
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
+# Fields a value may leave empty are null in JSON (the fuzzer found them undeclared).
+_STR_OR_NULL = {"type": ["string", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
 _HIT = _obj(
-    kind=_STR, text=_STR, date=_STR, score={"type": "number"}, session_id=_INT, id=_INT,
-    created_at=_STR, first_msg_id=_INT, last_msg_id=_INT,
+    kind=_STR, text=_STR, date=_STR, score={"type": "number"}, session_id=_INT_OR_NULL,
+    id=_INT_OR_NULL, created_at=_STR_OR_NULL, first_msg_id=_INT_OR_NULL,
+    last_msg_id=_INT_OR_NULL,
 )  # fmt: skip
 _FACT = _obj(
     id=_INT, key=_STR, value=_STR, category=_STR, source=_STR, importance={"type": "number"},
-    valid_from=_STR, invalidated_at=_STR, archived={"type": "boolean"}, created_at=_STR,
-    invalidated_by=_INT, last_accessed_at=_STR, access_count=_INT,
+    valid_from=_STR, invalidated_at=_STR_OR_NULL, archived={"type": "boolean"},
+    created_at=_STR_OR_NULL, invalidated_by=_INT_OR_NULL, last_accessed_at=_STR_OR_NULL,
+    access_count=_INT,
 )  # fmt: skip
 _VERSIONS = {"type": "array", "items": _FACT}
 KINDS = {"type": "string", "enum": ["chunk", "fact"]}
@@ -406,8 +419,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "GET", "/v1/timeline", "How the fact a question is about changed over time.", _timeline,
         query=(Arg("q", _text("A fact key or a question about one.", min_length=1,
-                              max_length=16_384), required=True),),
-        response=_obj(query=_STR, key=_STR, resolved_by=_STR, versions=_VERSIONS),
+                              max_length=MAX_URL_TEXT), required=True),),
+        response=_obj(query=_STR, key=_STR_OR_NULL, resolved_by=_STR, versions=_VERSIONS),
     ),
     Endpoint(
         "POST", "/v1/lessons", "Save a lesson learned, shown in later contexts.", _add_lesson,
@@ -448,6 +461,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
         refusals=(404,),
         scope="admin",
+        body_rule={"oneOf": [  # exactly one target that is not null
+            {"required": ["key"], "properties": {"key": {"type": "string"}}},
+            {"required": ["session_id"], "properties": {"session_id": {"type": "integer"}}},
+        ]},
     ),
     Endpoint(
         "GET", "/v1/export", "The whole store as JSON Lines, streamed.", _export, streams=True,
@@ -465,6 +482,9 @@ async def run_endpoint(
 ) -> Any:
     if endpoint.body is None and body.strip():
         raise ApiError(400, f"{endpoint.method} {endpoint.path} takes no request body")
+    for name, value in path_params.items():
+        if len(value) > MAX_URL_TEXT:
+            raise ApiError(400, f"{name} is longer than {MAX_URL_TEXT} characters")
     args = check_fields(query, endpoint.query, "query parameter")
     if endpoint.body is not None:
         args.update(check_fields(parse_body(body), endpoint.body, "field"))
@@ -565,7 +585,8 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for ep in ENDPOINTS:
         parameters = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            {"name": name, "in": "path", "required": True,
+             "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_TEXT}}
             for name in _path_names(ep.path)
         ] + [
             {"name": a.name, "in": "query", "required": a.required, "schema": a.schema}
@@ -592,12 +613,14 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
         }
         if ep.body:
             operation["requestBody"] = {
-                "required": any(a.required for a in ep.body),
+                "required": any(a.required for a in ep.body) or bool(ep.body_rule),
                 "content": {"application/json": {"schema": {
                     "type": "object",
-                    "properties": {a.name: a.schema for a in ep.body},
+                    "properties": {a.name: a.schema if a.required else _or_null(a.schema)
+                                   for a in ep.body},
                     "required": [a.name for a in ep.body if a.required],
                     "additionalProperties": False,
+                    **ep.body_rule,
                 }}},
             }  # fmt: skip
         for status, description in ep.also:
@@ -614,9 +637,15 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
     paths["/healthz"] = {"get": {"summary": "Liveness; needs no key.", **public}}
     paths["/openapi.json"] = {"get": {"summary": "This document; needs no key.", **public}}
     if mcp:
+        not_mcp = {"description": "Not an MCP message the session accepts (JSON-RPC error)."}
         mcp_op = {
             "summary": "MCP over streamable HTTP (the serve-mcp tools).",
-            "responses": {"200": {"description": "MCP messages."}, "401": error},
+            "responses": {
+                "200": {"description": "MCP messages."},
+                "202": {"description": "A notification or response, accepted."},
+                **{status: not_mcp for status in ("400", "404", "405", "406", "415")},
+                **{status: error for status in ("401", "403", "408", "413", "429")},
+            },
         }
         paths["/mcp"] = {m: dict(mcp_op) for m in ("get", "post", "delete")}
     return {
@@ -627,6 +656,12 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
     }  # fmt: skip
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional field's schema: null means "not given" (``check_fields``), as the fuzzer
+    found the document did not say."""
+    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _path_names(path: str) -> list[str]:
