@@ -110,12 +110,6 @@ def serve_command(
             stores = prepare_target(target)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
-        if keys.plain:
-            click.echo(
-                f"elastimem: warning: {keys_path} holds tokens in the clear, each with every "
-                "scope; create hashed, scoped keys with: elastimem keys add USER --keys FILE",
-                err=True,
-            )
         _configure_logging(state.verbose)
         options = ServiceOptions(target, keys, max_open, max_body, host, store_options)
         options.rate, options.read_timeout = rate, read_timeout
@@ -143,6 +137,12 @@ def serve_command(
             f"on http://{shown}:{bound} (REST /v1, MCP /mcp, docs /openapi.json)",
             err=True,
         )
+        if keys.plain:  # once, after the serving line
+            click.echo(
+                f"elastimem: warning: {keys_path} holds tokens in the clear, each with every "
+                "scope; create hashed, scoped keys with: elastimem keys add USER --keys FILE",
+                err=True,
+            )
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _stopped)
         with sock:
