@@ -8,15 +8,14 @@ it up on SIGHUP.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import click
 
+from . import cli_tables as tables
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .cli import CliState
 
 KEYS_OPTION = click.option(
     "--keys", "keys_path", required=True, metavar="KEYS.json", type=click.Path(dir_okay=False),
@@ -48,7 +47,7 @@ def keys_group() -> None:
 @click.option("--label", metavar="TEXT", help="A name to list and revoke it by "
               "(default: USER-<key id>).")  # fmt: skip
 def add(user: str, keys_path: str, scope: str, label: str | None) -> None:
-    """Create a random key for USER and print it once (it cannot be shown again).
+    """Make a random key for USER and print it once (it cannot be shown again).
 
     \b
     Example:
@@ -73,14 +72,13 @@ def add(user: str, keys_path: str, scope: str, label: str | None) -> None:
 @keys_group.command(name="list")
 @KEYS_OPTION
 @click.pass_obj
-def list_keys(state: CliState, keys_path: str) -> None:
+def list_keys(state: Any, keys_path: str) -> None:
     """List the keys: label, user, scope, created (never a token or a hash).
 
     \b
     Example:
       elastimem --format table keys list --keys keys.json
     """
-    from .cli import emit  # the CLI's output helper (cli imports this module at its end)
     from .server.keys import read_entries
 
     try:
@@ -88,7 +86,10 @@ def list_keys(state: CliState, keys_path: str) -> None:
                  for e in read_entries(Path(keys_path))]  # fmt: skip
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    emit(state, shown)
+    if state.output == "table":  # as the CLI's emit (not imported: cli imports this module)
+        click.echo("\n".join(tables.table(shown, tables.terminal_width())) or "(none)")
+    else:
+        click.echo(json.dumps(shown, ensure_ascii=False, indent=2))
 
 
 @keys_group.command(name="revoke")

@@ -586,8 +586,12 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for ep in ENDPOINTS:
         parameters = [
-            {"name": name, "in": "path", "required": True,
-             "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_TEXT}}
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_TEXT},
+            }
             for name in _path_names(ep.path)
         ] + [
             {"name": a.name, "in": "query", "required": a.required, "schema": a.schema}
