@@ -61,6 +61,11 @@ def test_a_key_past_its_rate_gets_429_and_no_other_key_notices(tmp_path: Path) -
         assert get(ana, "ana").status == 429
         assert get(ben, "ben").status == 429
         assert get(ana, "cy").status == 200  # the key counts, not the connection
+        ana.request("POST", "/mcp", body=b"{}", headers={
+            "Authorization": f"Bearer {TOKENS['ana']}", "Content-Type": "application/json"})
+        mcp = ana.getresponse()
+        mcp.read()
+        assert mcp.status == 429  # /mcp counts on the same bucket
         ana.request("GET", "/healthz")
         assert ana.getresponse().status == 200  # needs no key, so counts for none
         ana.close()
@@ -165,5 +170,17 @@ def test_a_trickled_body_is_a_408_after_the_read_timeout(tmp_path: Path) -> None
         assert get(conn, "ana").status == 200
         assert get(conn, "ana").status == 200
         conn.close()
+        # /mcp reads its body through the same deadline.
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, text/event-stream\r\n"
+            f"Authorization: Bearer {TOKENS['ana']}\r\nContent-Length: 100\r\n\r\n{{".encode()
+        )
+        started = time.monotonic()
+        reply = sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 408"), reply
+        assert 1.0 <= time.monotonic() - started <= 6.0
+        sock.close()
     finally:
         assert stop_server(server) == 0

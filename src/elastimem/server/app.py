@@ -70,12 +70,18 @@ class _Authenticate:
     429), and give the request body a deadline (or 408)."""
 
     def __init__(
-        self, app: ASGIApp, keys: KeyRing, limiter: RateLimiter | None, read_timeout: float
+        self,
+        app: ASGIApp,
+        keys: KeyRing,
+        limiter: RateLimiter | None,
+        read_timeout: float,
+        max_body: int,
     ) -> None:
         self.app = app
         self.keys = keys
         self.limiter = limiter
         self.read_timeout = read_timeout
+        self.max_body = max_body
         # A token that needs the slow hash is verified off the loop, two at a time, so a
         # flood of wrong tokens cannot stall the requests of known keys.
         self._hashing = asyncio.Semaphore(2)
@@ -114,24 +120,45 @@ class _Authenticate:
             return
         scope[USER_SCOPE_KEY] = principal.user
         scope[PRINCIPAL_SCOPE_KEY] = principal
-        started = False
-
-        async def send_started(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
-        try:
-            await self.app(scope, _body_deadline(receive, self.read_timeout), send_started)
-        except _BodyTooSlow as exc:  # the /mcp app let it through
-            if started:
-                raise
-            await _error(408, str(exc))(scope, receive, send)
+        timed = _body_deadline(receive, self.read_timeout)
+        if scope["path"] == "/mcp":
+            # The MCP app answers any error of its own with a 500: its body is read here,
+            # under the deadline and the limit, and handed to it whole.
+            try:
+                timed = await _buffered(timed, self.max_body)
+            except rest.ApiError as exc:
+                await _error(exc.status, exc.message)(scope, receive, send)
+                return
+        await self.app(scope, timed, send)
 
 
 class _BodyTooSlow(rest.ApiError):
     def __init__(self, seconds: float) -> None:
         super().__init__(408, f"the request body did not arrive within {seconds:g} seconds")
+
+
+async def _buffered(receive: Receive, limit: int) -> Receive:
+    """Read the whole body now (``_BodyTooSlow``, or 413 past ``limit``); then replay it."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise rest.ApiError(400, "the client left before sending its request body")
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
+        if not message.get("more_body", False):
+            break
+    first: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+
+    async def replay() -> Message:
+        nonlocal first
+        if first is not None:
+            message, first = first, None
+            return message
+        return await receive()
+
+    return replay
 
 
 def _body_deadline(receive: Receive, seconds: float) -> Receive:
@@ -299,8 +326,9 @@ def build_app(options: ServiceOptions) -> Starlette:
     )
     limiter = RateLimiter(options.rate) if options.rate is not None else None
     app.add_middleware(
-        _Authenticate, keys=options.keys, limiter=limiter, read_timeout=options.read_timeout
-    )
+        _Authenticate, keys=options.keys, limiter=limiter, read_timeout=options.read_timeout,
+        max_body=options.max_body,
+    )  # fmt: skip
     return app
 
 
