@@ -103,6 +103,30 @@ def test_the_api_fuzzed_from_its_schema(
     assert "Traceback" not in server.log()
 
 
+def test_what_the_fuzzer_found_stays_fixed(tmp_path: Path) -> None:
+    """The schema-valid requests the server refused, and the document's gaps (quick, no
+    fuzzing); the refusals it found are rows of test_server's BAD_INPUTS."""
+    made = tmp_path / "made.json"
+    token = add_key(made, "ana", "admin", "ana")
+    server = start_server(tmp_path, keys=json.loads(made.read_text()))
+    try:
+        # An integral float is an integer in JSON Schema; an optional field may be null.
+        assert call(server, "POST", "/v1/recall", token, {"query": "x", "k": 3.0})[0] == 200
+        assert call(server, "POST", "/v1/recall", token, {"query": "x", "until": None})[0] == 200
+        document = requests.get(f"{server.base}/openapi.json", timeout=30).json()
+        erase = document["paths"]["/v1/erase"]["post"]["requestBody"]
+        assert erase["required"] and "oneOf" in erase["content"]["application/json"]["schema"]
+        history = document["paths"]["/v1/facts/{key}/history"]["get"]
+        fact = history["responses"]["200"]["content"]["application/json"]["schema"]
+        assert fact["properties"]["versions"]["items"]["properties"]["invalidated_by"] == {
+            "type": ["integer", "null"]
+        }
+        for status in ("403", "408", "429"):
+            assert status in history["responses"]
+    finally:
+        assert stop_server(server) == 0
+
+
 def _fuzz(
     operation: Any, mode: Any, examples: int, base: str, tokens: list[str],
     statuses: Counter[int],

@@ -184,7 +184,7 @@ def _body_deadline(receive: Receive, seconds: float) -> Receive:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():

@@ -304,7 +304,8 @@ async def _begin_session(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, st
 
 async def _end_session(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
     raw = p["session_id"]
-    if not raw.isdigit() or mem.session_id != int(raw):
+    # ASCII digits only: "³7".isdigit() is true and int() refuses it (a 500 the fuzzer found).
+    if not (raw.isascii() and raw.isdigit()) or mem.session_id != int(raw):
         raise ApiError(404, f"session {raw} is not this user's open session")
     # The summary and consolidation it queues run on the store's worker, after the reply.
     await mem.end_session(wait=False)
