@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
@@ -232,7 +234,8 @@ def test_elastimem_uri_resolves_through_adks_registry(app: str, tmp_path: Path) 
         base_dir=str(agents), memory_service_uri=f"elastimem://{tmp_path}/users"
     )
     assert isinstance(service, ElastimemMemoryService)
-    asyncio.run(service.add_session_to_memory(session_of(app, "alice", "s1", SAID[:2])))
+    assert service.target == f"{tmp_path}/users"
+    assert service.store(app, "alice") is not None  # the built-in model would load on a write
     assert (tmp_path / "users" / f"{app}.alice.db").exists()
     service.close()
     with pytest.raises(ValueError, match="elastimem memory URI"):
@@ -263,3 +266,16 @@ def test_what_an_agent_stored_is_found_by_meaning_by_the_next_search(app: str, t
         assert "Ines" in found.memories[0].content.parts[0].text
     finally:
         service.close()
+
+
+def test_the_example_runs_offline(tmp_path: Path) -> None:
+    script = Path(__file__).parents[2] / "examples" / "adk_memory.py"
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "<PAST_CONVERSATIONS>" in out and "My border collie is Juniper" in out
+    assert (tmp_path / "users" / "pal.alice.db").exists()

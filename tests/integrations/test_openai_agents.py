@@ -235,3 +235,16 @@ def test_what_a_run_says_is_found_by_meaning_by_the_next_search(
     hits = mem.recall("which relative works as a heart doctor?", k=1)
     assert hits and "Ines" in hits[0].text
     assert mem.explain("which relative works as a heart doctor?").vector_leg == "used"
+
+
+def test_the_example_runs_offline(tmp_path: Path) -> None:
+    script = Path(__file__).parents[2] / "examples" / "openai_agents_memory.py"
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert "tuesday: Your dog is Juniper" in out
+    assert "- dog: Juniper" in out and "RELEVANT PAST MOMENTS" in out
