@@ -58,9 +58,7 @@ async def main(folder: Path) -> None:
         ):
             if event.content and event.content.parts and event.author == "pal":
                 print(f"{session_id}: {event.content.parts[0].text}")
-        session = await sessions.get_session(
-            app_name="pal", user_id="alice", session_id=session_id
-        )
+        session = await sessions.get_session(app_name="pal", user_id="alice", session_id=session_id)
         assert session is not None
         await memory.add_session_to_memory(session)  # what was said becomes long-term memory
     memory.close()
