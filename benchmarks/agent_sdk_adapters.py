@@ -5,8 +5,8 @@
 
 Agents SDK: ``ElastimemSession`` vs the SDK's ``SQLiteSession`` (a file), same items: the p50
 of ``add_items`` of one exchange (a user message and the assistant's answer, which elastimem
-also records as a turn and, with ``--builtin``, waits to embed) and of ``get_items()`` of the
-whole history, after ``--exchanges`` exchanges.
+also records as a turn and, with ``--builtin``, waits to embed; ``index_wait=0`` does not wait)
+and of ``get_items()`` of the whole history, after ``--exchanges`` exchanges.
 
 ADK: ``ElastimemMemoryService`` vs ADK's ``InMemoryMemoryService``, the same ``--adk-exchanges``
 exchanges ingested in sessions of ten: the p50 of ``search_memory`` over ``--queries`` queries
@@ -82,7 +82,7 @@ async def bench_agents(folder: Path, n: int, builtin: bool) -> None:
     from agents.memory import SQLiteSession
 
     import elastimem
-    from elastimem.integrations.openai_agents import ElastimemSession
+    from elastimem.integrations.openai_agents import INDEX_WAIT_SECONDS, ElastimemSession
 
     rng = random.Random(7)
     mem = elastimem.open(str(folder / "agents.db"), **open_kw(builtin))
@@ -90,11 +90,12 @@ async def bench_agents(folder: Path, n: int, builtin: bool) -> None:
         mem.warm_up(timeout=300)
     rows = []
     # The SDK's session first: measured while the store's worker is idle.
-    for name in ("SQLiteSession", "ElastimemSession"):
+    for name in ("SQLiteSession", "ElastimemSession", "ElastimemSession, index_wait=0"):
         if name == "SQLiteSession":
             session: Any = SQLiteSession("bench", str(folder / "sdk.sqlite"))
         else:
-            session = ElastimemSession("bench", mem)
+            wait = 0.0 if "index_wait=0" in name else INDEX_WAIT_SECONDS
+            session = ElastimemSession(name, mem, index_wait=wait)
         adds: list[float] = []
         gets: list[float] = []
         for i in range(n):
@@ -121,9 +122,9 @@ async def bench_agents(folder: Path, n: int, builtin: bool) -> None:
         session.close()
     mem.close()
     print(f"\nAgents SDK session, {n} exchanges ({2 * n} items), builtin model: {builtin}")
-    print(f"{'session':<18} {'add_items p50 ms':>17} {'get_items p50 ms':>17}")
+    print(f"{'session':<30} {'add_items p50 ms':>17} {'get_items p50 ms':>17}")
     for name, add, get in rows:
-        print(f"{name:<18} {add:>17.2f} {get:>17.2f}")
+        print(f"{name:<30} {add:>17.2f} {get:>17.2f}")
 
 
 async def bench_adk(folder: Path, n: int, queries: int, builtin: bool) -> None:
