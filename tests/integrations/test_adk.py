@@ -213,7 +213,12 @@ def test_bad_input_gets_an_error_and_loses_nothing(
     assert "Juniper" in mem.recall("Juniper")[0].text
 
 
-def test_elastimem_uri_resolves_through_adks_registry(app: str, tmp_path: Path) -> None:
+def test_elastimem_uri_resolves_through_adks_registry(
+    app: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ADK puts the agents folder on sys.path and imports its services.py as "services".
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "services", raising=False)
     from google.adk.cli.service_registry import ServiceRegistry, load_services_module
     from google.adk.cli.utils.service_factory import create_memory_service_from_options
 
@@ -230,6 +235,7 @@ def test_elastimem_uri_resolves_through_adks_registry(app: str, tmp_path: Path) 
         "from elastimem.integrations.adk import register\nregister()\n"
     )
     load_services_module(str(agents))
+    sys.modules.pop("services", None)
     service = create_memory_service_from_options(
         base_dir=str(agents), memory_service_uri=f"elastimem://{tmp_path}/users"
     )
@@ -238,6 +244,21 @@ def test_elastimem_uri_resolves_through_adks_registry(app: str, tmp_path: Path) 
     assert service.store(app, "alice") is not None  # the built-in model would load on a write
     assert (tmp_path / "users" / f"{app}.alice.db").exists()
     service.close()
+    # The same through a services.yaml naming the class (ADK passes it uri=).
+    yaml_agents = tmp_path / "yaml-agents"
+    yaml_agents.mkdir()
+    (yaml_agents / "services.yaml").write_text(
+        "services:\n  - scheme: elastimem\n    type: memory\n"
+        "    class: elastimem.integrations.adk.ElastimemMemoryService\n"
+    )
+    load_services_module(str(yaml_agents))
+    service = create_memory_service_from_options(
+        base_dir=str(yaml_agents), memory_service_uri=f"elastimem://{tmp_path}/other"
+    )
+    assert isinstance(service, ElastimemMemoryService)
+    assert service.target == f"{tmp_path}/other"
+    service.close()
+    register()  # leave the process's registry with this module's factory
     with pytest.raises(ValueError, match="elastimem memory URI"):
         ElastimemMemoryService(uri="elastimem://")
 

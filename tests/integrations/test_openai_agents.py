@@ -180,6 +180,17 @@ def test_an_item_json_cannot_hold_is_refused_and_nothing_is_lost(
         ElastimemSession("x", "memory.db")  # type: ignore[arg-type]
 
 
+def test_a_huge_item_is_kept_exactly_and_recorded(
+    mem: elastimem.Elastimem, session_of: Callable[..., ElastimemSession]
+) -> None:
+    big = "lorem ipsum dolor " * 60_000 + "zebra crossing"  # ~1 MB
+    items = [{"role": "user", "content": big}, {"role": "assistant", "content": "Long!"}]
+    session = session_of("chat-1", mem)
+    asyncio.run(session.add_items(items))
+    assert asyncio.run(session.get_items()) == items
+    assert any("zebra crossing" in h.text for h in mem.recall("zebra crossing", k=3))
+
+
 def test_async_store_and_a_new_process_see_the_same_history(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
 
