@@ -259,3 +259,21 @@ def test_the_example_runs_offline(tmp_path: Path) -> None:
     ).stdout
     assert "tuesday: Your dog is Juniper" in out
     assert "- dog: Juniper" in out and "RELEVANT PAST MOMENTS" in out
+
+
+def test_a_question_asked_before_a_restart_is_recorded_with_its_answer(
+    make_store: Callable[..., elastimem.Elastimem],
+    session_of: Callable[..., ElastimemSession],
+) -> None:
+    mem = make_store()
+    first = session_of("chat-1", mem)
+    asyncio.run(first.add_items([{"role": "user", "content": "Is the heron back at the pond?"}]))
+    # A new session object (as in a new process) over the same history gets the answer: the
+    # question is read back from the history and recorded with it.
+    again = session_of("chat-1", mem)
+    answer = {"role": "assistant", "content": "Yes, since Tuesday."}
+    asyncio.run(again.add_items([answer]))
+    asyncio.run(again.add_items([{"role": "assistant", "content": "Anything else?"}]))
+    texts = [h.text for h in mem.recall("heron pond Tuesday", k=5)]
+    assert "User: Is the heron back at the pond?\nAssistant: Yes, since Tuesday." in texts
+    assert sum("heron" in t for t in texts) == 1  # not repeated with the next answer

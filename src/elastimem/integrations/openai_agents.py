@@ -45,6 +45,8 @@ Memory = Elastimem | AsyncElastimem
 INDEX_WAIT_SECONDS = 5.0
 
 HISTORY_SUFFIX = ".agent-sessions.sqlite"
+# Items read back, beyond the ones just added, for user messages still waiting for an answer.
+LOOKBACK = 20
 
 
 async def call(mem: Memory, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -138,7 +140,7 @@ class ElastimemSession:
             # The history's own error (TypeError for an item JSON cannot hold) comes first,
             # before anything is recorded, as with the SDK's sessions.
             await self.history.add_items(items)
-            recorded = False
+            recorded = seen_user = False
             for item in items:
                 said = message_text(item)
                 if said is None:
@@ -146,7 +148,10 @@ class ElastimemSession:
                 role, text = said
                 if role == "user":
                     self._pending_user.append(text)
+                    seen_user = True
                     continue
+                if not (self._pending_user or seen_user or recorded):
+                    self._pending_user = await self._unanswered_before(len(items))
                 user_text = "\n".join(self._pending_user)
                 self._pending_user = []
                 await self._enter_own_session()
@@ -154,6 +159,21 @@ class ElastimemSession:
                 recorded = True
             if recorded and self.index_wait > 0:
                 await call(self.mem, "drain", self.index_wait)
+
+    async def _unanswered_before(self, added: int) -> list[str]:
+        """The user messages the history holds, before the ``added`` newest items, since its
+        last answer: said in an earlier process (the pending list lives in memory), they are
+        recorded with the answer they get now. Only read when nothing is pending."""
+        before = (await self.history.get_items(LOOKBACK + added))[: -added or None]
+        unanswered: list[str] = []
+        for item in reversed(before):
+            said = message_text(item)
+            if said is None:
+                continue
+            if said[0] == "assistant":
+                break
+            unanswered.insert(0, said[1])
+        return unanswered
 
     async def _enter_own_session(self) -> None:
         """Make this conversation the store's open session, so its turns are one elastimem
