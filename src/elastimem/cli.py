@@ -187,9 +187,6 @@ def emit(
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
 
-# -- the group ---------------------------------------------------------------------------------
-
-
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", metavar="PATH", help="Store file, or a postgresql:// "
               "address with --user (default: $ELASTIMEM_DB, else memory.db in the per-user "
@@ -892,9 +889,11 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_ui import ui_command  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+main.add_command(ui_command(pass_state, _llm_options, _make_llm))
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -228,6 +228,20 @@ class SqliteFactRows:
             "DELETE FROM quarantine WHERE id <= (SELECT max(id) FROM quarantine) - ?", (keep,)
         )
 
+    def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
+        rows = self._conn.execute(
+            "SELECT ts, key, value, reason, source, id FROM quarantine "
+            "ORDER BY id DESC LIMIT ? OFFSET ?",
+            (max(0, n), max(0, offset)),
+        ).fetchall()
+        return [dict(zip((*QUARANTINE_KEYS, "id"), row)) for row in rows]
+
+    def quarantine_entry(self, entry_id: int) -> dict[str, object] | None:
+        row = self._conn.execute(
+            "SELECT ts, key, value, reason, source, id FROM quarantine WHERE id = ?", (entry_id,)
+        ).fetchone()
+        return None if row is None else dict(zip((*QUARANTINE_KEYS, "id"), row))
+
     def newest_quarantine(self, n: int) -> list[dict[str, object]]:
         rows = self._conn.execute(
             "SELECT ts, key, value, reason, source FROM quarantine ORDER BY id DESC LIMIT ?",
