@@ -15,14 +15,11 @@ import threading
 import webbrowser
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from .errors import ElastimemError
-
-if TYPE_CHECKING:
-    from .cli import CliState
 
 MISSING_EXTRA = (
     "elastimem ui needs Starlette, uvicorn and Jinja2; install them with: "
@@ -78,7 +75,7 @@ def ui_command(
     @llm_options
     @click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
     @pass_state
-    def ui(state: CliState, db_opt: str | None, user_opt: str | None, host: str, port: int,
+    def ui(state: Any, db_opt: str | None, user_opt: str | None, host: str, port: int,
            no_browser: bool, keys_path: str | None, llm_url: str | None, llm_model: str | None,
            llm_key: str | None, no_embedder: bool) -> None:  # fmt: skip
         """See, search and correct what the store remembers, in your browser.

@@ -203,7 +203,9 @@ def test_quarantine_promote_after_confirming_and_discard(client: TestClient, see
 
 
 def test_export_downloads_and_import_goes_only_into_an_empty_store(
-    client: TestClient, make_store: Callable[..., elastimem.Elastimem], tmp_path: Path,
+    client: TestClient,
+    make_store: Callable[..., elastimem.Elastimem],
+    tmp_path: Path,
     store_backend: str,
 ) -> None:
     exported = client.get("/export")

@@ -99,6 +99,17 @@ def _loopback_host(scope: Scope) -> bool:
     return False
 
 
+def _cookie_values(request: Request, name: str) -> list[str]:
+    """Every value of cookie ``name``: cookies ignore the port, so an inspector on another
+    port of the same host (``elastimem ui`` beside ``serve``) sends its own one as well."""
+    values = []
+    for part in request.headers.get("cookie", "").split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name and value:
+            values.append(value.strip('"'))
+    return values
+
+
 def _over_tls(request: Request) -> bool:
     forwarded = request.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
     return request.url.scheme == "https" or forwarded == "https"
@@ -140,9 +151,10 @@ def build_inspector(options: InspectorOptions) -> Starlette:
 
     def current(request: Request) -> tuple[BrowserSession, bool]:
         """The browser's session, and whether it is new (its cookie must be set)."""
-        found = sessions.get(request.cookies.get(COOKIE))
-        if found is not None:
-            return found, False
+        for value in _cookie_values(request, COOKIE):
+            found = sessions.get(value)
+            if found is not None:
+                return found, False
         return sessions.start(options.owner), True
 
     def guarded(handler: pages.Handler) -> Callable[[Request], Awaitable[Response]]:
