@@ -1,11 +1,14 @@
 """The ASGI app of ``elastimem serve``: authentication, routes, errors, lifespan.
 
-Every request but ``GET /healthz`` and ``GET /openapi.json`` must carry ``Authorization:
-Bearer <token>`` with a token of the keys file; anything else is the same 401, whatever was
-wrong. The user id the token maps to goes into the ASGI scope and picks the store; nothing
-in a request can name another user. A REST body larger than the limit is a 413 before it is
-read in full; any other refusal is a 4xx with ``{"error": one sentence}``, and a failure
-inside the store a 5xx that names no file, so no request can stop the server.
+Every request but ``GET /healthz``, ``GET /openapi.json`` and the web inspector's pages under
+``/ui`` must carry ``Authorization: Bearer <token>`` with a token of the keys file; anything
+else is the same 401, whatever was wrong. The inspector (``elastimem.web``) signs browsers in
+with a key of the same file and keeps them signed in with a session cookie, which no other path
+reads; it never reads a bearer header. The user id the token maps to goes into the ASGI scope
+and picks the store; nothing in a request can name another user. A REST body larger than the
+limit is a 413 before it is read in full; any other refusal is a 4xx with ``{"error": one
+sentence}``, and a failure inside the store a 5xx that names no file, so no request can stop
+the server.
 
 The lifespan opens the store pool (and the MCP session manager); at shutdown, after uvicorn
 has drained the requests in flight, it closes every store.
@@ -196,7 +199,7 @@ def build_app(options: ServiceOptions) -> Starlette:
     async def no_mcp(request: Request) -> Response:
         return _error(501, NEEDS_SDK)
 
-    routes = [route(endpoint) for endpoint in rest.ENDPOINTS]
+    routes: list[BaseRoute] = [route(endpoint) for endpoint in rest.ENDPOINTS]
     routes += _inspector(pool, options.keys)
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
@@ -241,7 +244,9 @@ def _inspector(pool: Callable[[], StorePool], keys: KeyRing) -> list[BaseRoute]:
         from ..web.app import InspectorOptions, build_inspector
         from ..web.signin import KeyGate
     except ImportError:
-        logger.warning("/ui is off: the web inspector needs Jinja2 (pip install 'elastimem[server]')")
+        logger.warning(
+            "/ui is off: the web inspector needs Jinja2 (pip install 'elastimem[server]')"
+        )
         return []
 
     def lease(user_id: str) -> Any:
