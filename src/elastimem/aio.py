@@ -197,6 +197,7 @@ class AsyncElastimem:
     session_turns = _twin(Elastimem.session_turns)
     sessions = _twin(Elastimem.sessions)
     stats = _twin(Elastimem.stats)
+    summary = _twin(Elastimem.summary)
     tick = _twin(Elastimem.tick)
     timeline = _twin(Elastimem.timeline)
     warm_up = _twin(Elastimem.warm_up)

@@ -15,6 +15,8 @@ from .arguments import int_arg as _int_arg
 from .session import bump_writes
 
 if TYPE_CHECKING:
+    from .governor import Governor
+    from .runtime.services import Services
     from .storage.database import Database
 
 MAX_PAGE = 500
@@ -30,12 +32,31 @@ class Browsing:
 
     if TYPE_CHECKING:
         _db: Database
+        _services: Services
+        _governor: Governor
 
         def _check_open(self) -> None: ...
 
         def remember(
             self, key: str, value: str | int | float, source: str = "explicit", *, at: object = None
         ) -> tuple[bool, str]: ...
+
+    def summary(self) -> dict[str, Any]:
+        """What an overview shows, cheap at any size: the row counts of ``stats()`` (facts,
+        fact_versions, sessions, messages, chunks, lessons, quarantine, graph_nodes,
+        graph_edges, jobs_pending, jobs_failed …), db_bytes, file_mode, tier, embedder (its
+        state: none, not_loaded, loading, ready, failed) and embedding_model. ``stats()`` also
+        counts the vectors of every chunk, which takes seconds on a large store."""
+        self._check_open()
+        embedding = self._services.embedding
+        with self._db.read() as conn:
+            result: dict[str, Any] = dict(conn.stats.counts())
+            result["db_bytes"] = conn.stats.file_bytes()
+            result["file_mode"] = conn.stats.file_mode()
+        result["tier"] = self._governor.profile.tier.name.lower()
+        result["embedder"] = embedding.state()
+        result["embedding_model"] = embedding.label
+        return result
 
     def session_page(self, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         """Sessions newest first, ``limit`` (at most 500) from the ``offset``-th on, with the

@@ -90,13 +90,13 @@ def _pages(offset: int, count: int, size: int = PAGE) -> dict[str, int | None]:
 
 
 async def overview(ctx: Context) -> Response:
-    stats = await ctx.mem.stats()
+    stats = await ctx.mem.summary()
     newest = await ctx.mem.session_page(0, 1)
     last = None
     if newest:
         last = newest[0].get("ended_at") or newest[0].get("started_at")
-    embedder = stats.get("embedding_model") or stats.get("embedder") or "none"
-    meaning_ready = embedder != "none" and stats.get("embedded_chunks", 0) >= stats.get("chunks", 0)
+    embedder = stats.get("embedding_model") or "none"
+    meaning_ready = stats.get("embedder") == "ready"
     return ctx.render(
         "overview.html", "Overview", stats=stats, last_activity=last, embedder=embedder,
         meaning_ready=meaning_ready, user_id=ctx.mem.user_id,
@@ -270,7 +270,7 @@ async def promote_confirm(ctx: Context) -> Response:
 
 
 async def graph(ctx: Context) -> Response:
-    stats = await ctx.mem.stats()
+    stats = await ctx.mem.summary()
     return ctx.render("graph.html", "Graph", nodes=stats.get("graph_nodes", 0),
                       edges=stats.get("graph_edges", 0), no_graph=NO_GRAPH)  # fmt: skip
 
@@ -285,7 +285,7 @@ async def graph_frame(ctx: Context) -> Response:
 
 
 async def transfer(ctx: Context) -> Response:
-    stats = await ctx.mem.stats()
+    stats = await ctx.mem.summary()
     empty = not any(stats.get(k, 0) for k in ("sessions", "fact_versions", "lessons"))
     return ctx.render("transfer.html", "Export and import", empty=empty,
                       message=ctx.request.query_params.get("msg", ""))  # fmt: skip
@@ -358,7 +358,7 @@ async def import_upload(ctx: Context) -> Response:
     upload = ctx.form.get("file")
     if not isinstance(upload, UploadFile):
         return ctx.redirect("/transfer", msg="Choose an export file to import.")
-    stats = await ctx.mem.stats()
+    stats = await ctx.mem.summary()
     if any(stats.get(k, 0) for k in ("sessions", "fact_versions", "lessons")):
         return ctx.redirect("/transfer", msg="Import only goes into an empty store; "
                             "this one already holds memories.")  # fmt: skip
