@@ -248,7 +248,10 @@ async def lessons(ctx: Context) -> Response:
 
 async def quarantine(ctx: Context) -> Response:
     offset = ctx.int_param("offset")
-    rows = await ctx.mem.quarantine_page(offset, PAGE)
+    rows = [
+        {**e, "source": SOURCE_NAMES.get(str(e.get("source")), e.get("source"))}
+        for e in await ctx.mem.quarantine_page(offset, PAGE)
+    ]
     return ctx.render("quarantine.html", "Quarantine", entries=rows, offset=offset,
                       message=ctx.request.query_params.get("msg", ""),
                       **_pages(offset, len(rows)))  # fmt: skip
