@@ -172,6 +172,7 @@ class AsyncElastimem:
     explain = _twin(Elastimem.explain)
     export = _twin(Elastimem.export)
     fact_history = _twin(Elastimem.fact_history)
+    fact_origins = _twin(Elastimem.fact_origins)
     facts = _twin(Elastimem.facts)
     forget = _twin(Elastimem.forget)
     has_vectors = _twin(Elastimem.has_vectors)

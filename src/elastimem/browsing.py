@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import arguments as args
 from .arguments import int_arg as _int_arg
 from .session import bump_writes
+from .text import normalize_key
 
 if TYPE_CHECKING:
     from .governor import Governor
@@ -57,6 +58,14 @@ class Browsing:
         result["embedder"] = embedding.state()
         result["embedding_model"] = embedding.label
         return result
+
+    def fact_origins(self, key: str) -> dict[int, int]:
+        """For the versions of ``key`` learned in a session still stored: fact id -> that
+        session's id (a version written outside any session, or whose session was erased,
+        has none)."""
+        self._check_open()
+        with self._db.read() as conn:
+            return conn.facts.origin_sessions(normalize_key(args.key_arg(key)))
 
     def session_page(self, offset: int = 0, limit: int = 50) -> list[dict[str, Any]]:
         """Sessions newest first, ``limit`` (at most 500) from the ``offset``-th on, with the

@@ -85,3 +85,15 @@ def test_the_summary_has_the_counts_of_stats_without_its_vector_scan(
                 "quarantine", "graph_nodes", "graph_edges", "db_bytes", "file_mode", "tier",
                 "embedder", "embedding_model"):  # fmt: skip
         assert summary[key] == stats[key], key
+
+
+def test_fact_origins_name_the_session_a_version_was_learned_in(mem: elastimem.Elastimem) -> None:
+    mem.remember("city", "Lisbon")  # outside any session
+    session_id = mem.begin_session()
+    mem.remember("city", "Porto")
+    versions = mem.fact_history("city")
+    assert mem.fact_origins("city") == {versions[1].id: session_id}
+    assert mem.fact_origins("nothing") == {}
+    mem.end_session()
+    mem.erase(session_id=session_id)
+    assert mem.fact_origins("city") == {}  # the session is gone: no origin to link

@@ -298,3 +298,31 @@ def test_serve_signs_in_by_key_and_a_key_sees_only_its_user(
             assert browser.get("/ui/facts").url.path == "/ui/signin"
     finally:
         assert stop_server(server) == 0
+
+
+def test_a_version_links_the_session_it_was_learned_in(client: TestClient, seeded: Any) -> None:
+    session_id = seeded.begin_session()
+    seeded.remember("pet", "Rex")
+    assert (
+        f'href="/sessions/{session_id}">session {session_id}</a>' in client.get("/facts/pet").text
+    )
+
+
+def test_the_graph_frame_is_sandboxed_and_framed_only_by_the_inspector(client: TestClient) -> None:
+    frame = client.get("/graph/frame")
+    policy = frame.headers["content-security-policy"]
+    assert frame.status_code == 200 and "<svg" in frame.text
+    assert policy.startswith("sandbox allow-scripts;") and "frame-ancestors 'self'" in policy
+    assert "connect-src" not in policy and "default-src 'none'" in policy
+
+
+def test_a_session_expires_and_then_needs_a_key_again() -> None:
+    from elastimem.web.signin import LIFETIME_S, Sessions
+
+    now = [1000.0]
+    sessions = Sessions(clock=lambda: now[0])
+    signed = sessions.start("ana")
+    assert sessions.get(signed.id) is signed
+    now[0] += LIFETIME_S + 1
+    assert sessions.get(signed.id) is None
+    sessions.end("unknown")  # signing out twice is harmless

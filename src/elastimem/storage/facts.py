@@ -207,6 +207,10 @@ class FactRows(Protocol):
         """Keep only the newest ``keep`` quarantine entries."""
         ...
 
+    def origin_sessions(self, key: str) -> dict[int, int]:
+        """Fact id -> the session it was learned in, for the versions of ``key`` that have one."""
+        ...
+
     def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
         """Quarantine entries, newest first from the ``offset``-th on, as dicts with the keys
         of ``newest_quarantine`` and ``id``."""

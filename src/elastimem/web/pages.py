@@ -126,9 +126,11 @@ async def fact(ctx: Context) -> Response:
     if not versions:
         return ctx.render("missing.html", "No such fact", status=404,
                           what=f"No fact is stored under the key {key!r}.")  # fmt: skip
+    origins = await ctx.mem.fact_origins(key)
     shown = [
         {
             **asdict(v),
+            "session_id": origins.get(v.id),
             "source_name": SOURCE_NAMES.get(v.source, v.source),
             "retired": v.invalidated_at is not None,
         }

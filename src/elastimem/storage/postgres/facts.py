@@ -282,6 +282,14 @@ class PostgresFactRows:
             (self._user, self._user, keep - 1),
         )
 
+    def origin_sessions(self, key: str) -> dict[int, int]:
+        rows = self._conn.execute(
+            "SELECT id, origin_session_id FROM facts "
+            "WHERE user_id = %s AND key = %s AND origin_session_id IS NOT NULL",
+            (self._user, key),
+        ).fetchall()
+        return {int(r[0]): int(r[1]) for r in rows}
+
     def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
         rows = self._conn.execute(
             "SELECT ts, key, value, reason, source, id FROM quarantine WHERE user_id = %s "

@@ -228,6 +228,14 @@ class SqliteFactRows:
             "DELETE FROM quarantine WHERE id <= (SELECT max(id) FROM quarantine) - ?", (keep,)
         )
 
+    def origin_sessions(self, key: str) -> dict[int, int]:
+        rows = self._conn.execute(
+            "SELECT id, origin_session_id FROM facts "
+            "WHERE key = ? AND origin_session_id IS NOT NULL",
+            (key,),
+        ).fetchall()
+        return {int(r[0]): int(r[1]) for r in rows}
+
     def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
         rows = self._conn.execute(
             "SELECT ts, key, value, reason, source, id FROM quarantine "
