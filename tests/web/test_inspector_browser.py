@@ -24,11 +24,17 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="browser tests need
 
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 import elastimem  # noqa: E402
-from tests.service.test_server import TOKENS, start_server, stop_server  # noqa: E402
+from tests.service.test_server import (  # noqa: E402
+    TOKENS,
+    backend_target,
+    start_server,
+    stop_server,
+)
 
 XSS = "<img src=x onerror=alert(1)>"
 SCRIPT_END = "</script><script>alert(2)</script>"
@@ -142,6 +148,24 @@ def test_xss_payloads_are_shown_as_text_and_never_run(browser: Any, ui: tuple[st
     assert XSS in browser.find_element(By.TAG_NAME, "main").text
 
 
+def test_every_page_is_reachable_by_keyboard(browser: Any, ui: tuple[str, Path]) -> None:
+    base, _ = ui
+    browser.get(base + "/")
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.TAB)
+    assert browser.switch_to.active_element.text == "Skip to content"
+    reached = []
+    for _ in range(10):
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        reached.append(browser.switch_to.active_element.text)
+    assert {"Facts", "Search", "Sessions", "Quarantine"} <= set(reached)
+    facts = next(e for e in browser.find_elements(By.CSS_SELECTOR, "nav a") if e.text == "Facts")
+    page = browser.find_element(By.TAG_NAME, "html")
+    facts.send_keys(Keys.ENTER)
+    WebDriverWait(browser, 30).until(staleness_of(page))
+    assert browser.current_url.endswith("/facts")
+
+
 def test_browse_edit_forget_and_erase_a_fact(browser: Any, ui: tuple[str, Path]) -> None:
     base, store = ui
     browser.get(base + "/facts")
@@ -187,8 +211,11 @@ def test_search_explains_and_a_quarantined_write_is_promoted(
         assert mem.facts()["pet"] == "R"
 
 
-def test_sign_in_and_out_under_serve(browser: Any, tmp_path: Path) -> None:
-    server = start_server(tmp_path)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sign_in_and_out_under_serve(
+    browser: Any, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    server = start_server(tmp_path, target=backend_target(backend, request))
     try:
         with server.open_user("ana") as mem:
             mem.remember("city", "Oslo")

@@ -326,3 +326,17 @@ def test_a_session_expires_and_then_needs_a_key_again() -> None:
     now[0] += LIFETIME_S + 1
     assert sessions.get(signed.id) is None
     sessions.end("unknown")  # signing out twice is harmless
+
+
+def test_every_control_has_a_label(client: TestClient, seeded: Any) -> None:
+    session_id = seeded.sessions()[0]["id"]
+    for path in ("/facts", "/facts/city", "/search?q=Chicago&timeline=1", "/quarantine",
+                 f"/sessions/{session_id}", "/transfer", "/facts/city/erase"):  # fmt: skip
+        page = client.get(path).text
+        labelled = set(re.findall(r'<label for="([^"]+)"', page))
+        for control in re.findall(r"<(?:input|select|textarea)\b[^>]*>", page):
+            if 'type="hidden"' in control or "aria-label" in control:
+                continue
+            found = re.search(r'id="([^"]+)"', control)
+            wrapped = 'type="checkbox"' in control  # inside its <label>
+            assert wrapped or (found and found.group(1) in labelled), (path, control)
