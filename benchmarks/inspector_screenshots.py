@@ -9,6 +9,7 @@ in headless Debian chromium. Run it again after changing a template or the style
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,18 +37,49 @@ CONVERSATIONS = [
     [("We are moving again: Marco got a post in Porto, so we live in Porto now.",
       "Congratulations on the move to Porto!")],
 ]  # fmt: skip
-PAGES = [("overview", "/"), ("facts", "/facts"), ("fact-history", "/facts/city"),
+# What a host's model would extract from each user message above (the graph is built by the
+# host's llm=; a scripted one stands in for it here).
+EXTRACTED = {
+    "Hi! I'm Maya. I just moved to Lisbon for a job at a design studio.": (
+        [("Lisbon", "city")], [("USER", "lives_in", "Lisbon")]),
+    "Good so far. My sister Sofia still lives in Chicago with her dog Bruno.": (
+        [("Sofia", "person"), ("Chicago", "city"), ("Bruno", "animal")],
+        [("USER", "sister", "Sofia"), ("Sofia", "lives_in", "Chicago"),
+         ("Sofia", "owns", "Bruno")]),
+    "Sounds great. Also, my partner Marco is vegetarian.": (
+        [("Marco", "person")], [("USER", "partner_of", "Marco")]),
+    "We are moving again: Marco got a post in Porto, so we live in Porto now.": (
+        [("Marco", "person"), ("Porto", "city")],
+        [("USER", "lives_in", "Porto"), ("Marco", "works_in", "Porto")]),
+}  # fmt: skip
+PAGES = [("overview", "/"), ("graph", "/graph"), ("facts", "/facts"),
+         ("fact-history", "/facts/city"),
          ("search", "/search?q=where+does+Sofia+live&timeline=1"),
          ("session", "/sessions/1"), ("quarantine", "/quarantine")]  # fmt: skip
 
 
+def scripted_llm(prompt: str, **_: object) -> str:
+    """Extraction replies for the messages of ``EXTRACTED``; nothing for any other task."""
+    if not prompt.startswith("TASK: extract"):
+        return ""
+    out: dict[str, list[dict[str, str]]] = {"entities": [], "relationships": []}
+    for line in prompt.split("\n"):
+        found = EXTRACTED.get(line.removeprefix("USER: ").strip())
+        if line.startswith("USER: ") and found:
+            out["entities"] += [{"name": n, "type": t} for n, t in found[0]]
+            out["relationships"] += [{"source": a, "relation": r, "target": b}
+                                     for a, r, b in found[1]]  # fmt: skip
+    return json.dumps({"facts": {}, **out}) if out["entities"] else "NONE"
+
+
 def seed(path: Path) -> None:
-    with elastimem.open(path, disable_builtin_embedder=True) as mem:
+    with elastimem.open(path, disable_builtin_embedder=True, llm=scripted_llm,
+                        tier_override="full") as mem:  # fmt: skip
         for turns in CONVERSATIONS:
             mem.begin_session()
             for user, assistant in turns:
                 mem.record_turn(user, assistant)
-            mem.end_session()
+            mem.end_session(wait=True)
         mem.remember("name", "Maya")
         mem.remember("city", "Lisbon", at="2026-03-01T09:00:00Z")
         mem.remember("city", "Porto", at="2026-11-20T18:30:00Z")
@@ -60,6 +92,7 @@ def seed(path: Path) -> None:
                      source="auto")  # fmt: skip
         mem.add_lesson("Maya prefers short answers with one concrete suggestion.")
         mem.add_lesson("Check recipes for peanuts before suggesting them.")
+        mem.drain(60)
 
 
 def main() -> int:
