@@ -340,3 +340,33 @@ def test_every_control_has_a_label(client: TestClient, seeded: Any) -> None:
             found = re.search(r'id="([^"]+)"', control)
             wrapped = 'type="checkbox"' in control  # inside its <label>
             assert wrapped or (found and found.group(1) in labelled), (path, control)
+
+
+def test_a_revoked_key_signs_its_browsers_out(seeded: Any, tmp_path: Path) -> None:
+    import json
+
+    from elastimem.server.keys import KeyRing
+    from elastimem.web.signin import KeyGate
+
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps({TOKENS["ana"]: "ana", TOKENS["ben"]: "ben"}))
+    ring = KeyRing(keys_file)
+    wrapped = AsyncElastimem(seeded)
+    leased: list[str] = []
+
+    @asynccontextmanager
+    async def lease(user_id: str) -> AsyncIterator[AsyncElastimem]:
+        leased.append(user_id)
+        yield wrapped
+
+    app = build_inspector(InspectorOptions(lease, gate=KeyGate(ring)))
+    with TestClient(app, base_url="http://elastimem.example") as browser:
+        token = csrf_of(browser.get("/signin").text)
+        browser.post("/signin", data={"csrf": token, "key": TOKENS["ana"]})
+        assert browser.get("/facts").status_code == 200 and set(leased) == {"ana"}
+        before = len(leased)
+        keys_file.write_text(json.dumps({TOKENS["ben"]: "ben"}))
+        assert ring.reload()
+        reply = browser.get("/facts", follow_redirects=False)
+        assert reply.status_code == 303 and reply.headers["location"] == "/signin"
+        assert len(leased) == before  # the store was not reached

@@ -149,10 +149,19 @@ def build_inspector(options: InspectorOptions) -> Starlette:
         _set_cookie(request, response, session)
         return response
 
+    def still_valid(session: BrowserSession) -> bool:
+        """Whether a signed-in session's key still names its user (keys can be revoked)."""
+        if options.gate is None or session.user_id is None:
+            return True
+        return session.key is not None and options.gate.user_for(session.key) == session.user_id
+
     def current(request: Request) -> tuple[BrowserSession, bool]:
         """The browser's session, and whether it is new (its cookie must be set)."""
         for value in _cookie_values(request, COOKIE):
             found = sessions.get(value)
+            if found is not None and not still_valid(found):
+                sessions.end(found.id)
+                found = None
             if found is not None:
                 return found, False
         return sessions.start(options.owner), True
@@ -224,7 +233,8 @@ def build_inspector(options: InspectorOptions) -> Starlette:
             return plain_page(request, session, "signin.html", "Sign in", 401,
                               error="That key is not valid here.")  # fmt: skip
         sessions.end(session.id)
-        signed = sessions.start(user_id)  # a new id: the pre-sign-in one is not reused
+        # A new id: the pre-sign-in one is not reused.
+        signed = sessions.start(user_id, key.strip() if isinstance(key, str) else None)
         response = RedirectResponse(request.scope.get("root_path", "") + "/", 303)
         _set_cookie(request, response, signed)
         return response

@@ -6,8 +6,9 @@ page came over TLS) naming a record kept in this process only: the user it is si
 is the safe direction. Sign-in replaces the session id (no fixation); sign-out deletes it.
 
 Under ``serve`` a user signs in with a bearer key of the keys file; the key is looked up in
-one place (``KeyGate.user_for``), compared in constant time by the ``KeyRing``, and never
-stored, logged or echoed back.
+one place (``KeyGate.user_for``), compared in constant time by the ``KeyRing``, kept with the
+session in this process only (each request checks it again, so a revoked key signs its
+browsers out) and never written, logged or echoed back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 COOKIE = "elastimem_ui"
 # Eight hours: a working day, after which the key is asked for again.
@@ -33,6 +34,9 @@ class BrowserSession:
     user_id: str | None
     csrf: str
     expires: float
+    # The key it signed in with, kept in this process only, so that every request checks it
+    # again: a key removed from the keys file (and reloaded) ends its sessions at once.
+    key: str | None = field(default=None, repr=False)
 
 
 class Sessions:
@@ -53,12 +57,13 @@ class Sessions:
             return None
         return found
 
-    def start(self, user_id: str | None) -> BrowserSession:
+    def start(self, user_id: str | None, key: str | None = None) -> BrowserSession:
         self._prune()
         lifetime = LIFETIME_S if user_id is not None else ANONYMOUS_LIFETIME_S
         session = BrowserSession(
             secrets.token_urlsafe(32), user_id, secrets.token_urlsafe(32),
             self._clock() + lifetime,
+            key,
         )  # fmt: skip
         self._by_id[session.id] = session
         return session
