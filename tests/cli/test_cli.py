@@ -48,6 +48,7 @@ SPEC_COMMANDS = {
     "timeline",
     "lessons",
     "context",
+    "ui",
 }
 
 
