@@ -54,8 +54,10 @@ __all__ = ["ElastimemMiddleware", "ElastimemStore"]
 
 Decoded = tuple[tuple[str, ...], str, dict[str, Any]]
 
-# How long a search waits for this process's queued embeddings of just-put items, so that
-# what was put is found by meaning by the very next search.
+# How long a search waits for the embedder to load (once per store: the built-in model's
+# first load converts it, ~20 s of CPU) and then for this process's queued embeddings of
+# just-put items, so that what was put is found by meaning by the very next search.
+WARM_UP_SECONDS = 120.0
 DRAIN_SECONDS = 30.0
 
 
@@ -86,6 +88,7 @@ class ElastimemStore(BaseStore):
         # fact value text -> its decoded item, per user and fact key: a search reads every
         # item of the user, and parsing 10k JSON texts on each would cost more than the read.
         self._decoded: dict[tuple[str, str], tuple[str, Decoded | None]] = {}
+        self._warm: set[int] = set()  # id() of the stores whose embedder is ready
 
     def __enter__(self) -> ElastimemStore:
         return self
@@ -213,11 +216,12 @@ class ElastimemStore(BaseStore):
         ``facts()`` order (most recently updated first)."""
         found: dict[str, Decoded] = {}
         for fact_key, text in mem.facts().items():
-            if not fact_key.startswith(items.KEY_PREFIX):
-                continue
             cached = self._decoded.get((user, fact_key))
             if cached is None or cached[0] != text:
-                cached = (text, items.decode(text))
+                decoded = items.decode(text)
+                if decoded is not None and items.fact_key(*decoded[:2]) != fact_key:
+                    decoded = None  # some other fact whose value happens to look like one
+                cached = (text, decoded)
                 self._decoded[(user, fact_key)] = cached
             decoded = cached[1]
             # An item is only ever read back from the store of its own namespace's user.
@@ -266,6 +270,9 @@ class ElastimemStore(BaseStore):
         the user's facts, asked for more until ``want`` candidates are ranked or it has no more."""
         if not candidates:
             return {}
+        if id(mem) not in self._warm:
+            mem.warm_up(WARM_UP_SECONDS)  # False with no embedder at all: keywords only
+            self._warm.add(id(mem))
         if mem.pending():
             mem.drain(DRAIN_SECONDS)  # the embeddings of items just put
         k = max(4 * want, 32)
