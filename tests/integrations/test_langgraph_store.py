@@ -26,21 +26,23 @@ from typing_extensions import TypedDict  # noqa: E402
 import elastimem  # noqa: E402
 from elastimem.integrations.langgraph import ElastimemStore  # noqa: E402
 from tests.conftest import HashEmbedder  # noqa: E402
-from tests.integrations.backends import target, users  # noqa: E402, F401
+from tests.integrations import backends  # noqa: E402
+
+target, users = backends.target, backends.users  # the fixtures this module uses
 
 
 @pytest.fixture
-def store(target: str) -> Iterator[ElastimemStore]:  # noqa: F811
+def store(target: str) -> Iterator[ElastimemStore]:
     with ElastimemStore(target, embedder=HashEmbedder()) as opened:
         yield opened
 
 
-def open_user(target: str, user: str) -> elastimem.Elastimem:  # noqa: F811
+def open_user(target: str, user: str) -> elastimem.Elastimem:
     return elastimem.open_user(target, user, embedder=HashEmbedder())
 
 
 def test_get_returns_exactly_what_was_put_and_a_re_put_keeps_history(
-    store: ElastimemStore, users: dict[str, str], target: str  # noqa: F811
+    store: ElastimemStore, users: dict[str, str], target: str
 ) -> None:
     ns = (users["alice"], "memories")
     value = {"content": "Prefers window seats", "tags": ["travel", 7], "nested": {"x": None}}
@@ -75,7 +77,7 @@ def test_get_returns_exactly_what_was_put_and_a_re_put_keeps_history(
 
 
 def test_search_prefix_filter_limit_offset_and_isolation(
-    store: ElastimemStore, users: dict[str, str]  # noqa: F811
+    store: ElastimemStore, users: dict[str, str]
 ) -> None:
     alice, bob = users["alice"], users["bob"]
     for i in range(6):
@@ -109,9 +111,7 @@ def test_search_prefix_filter_limit_offset_and_isolation(
     assert store.search((alice, "zzz")) == [] and store.search((users["carol"],)) == []
 
 
-def test_list_namespaces_prefix_suffix_depth(
-    store: ElastimemStore, users: dict[str, str]  # noqa: F811
-) -> None:
+def test_list_namespaces_prefix_suffix_depth(store: ElastimemStore, users: dict[str, str]) -> None:
     alice, bob = users["alice"], users["bob"]
     store.put((alice, "notes", "v1"), "a", {"x": 1})
     store.put((alice, "notes", "v2"), "b", {"x": 1})
@@ -133,7 +133,7 @@ def test_list_namespaces_prefix_suffix_depth(
 
 
 def test_bad_input_gets_langgraphs_errors_and_loses_nothing(
-    store: ElastimemStore, users: dict[str, str], store_backend: str, target: str  # noqa: F811
+    store: ElastimemStore, users: dict[str, str], store_backend: str, target: str
 ) -> None:
     ns = (users["alice"], "memories")
     store.put(ns, "k", {"content": "kept"})
@@ -161,7 +161,7 @@ def test_bad_input_gets_langgraphs_errors_and_loses_nothing(
 
 
 def test_items_are_ordinary_memories_for_the_api_and_cli(
-    store: ElastimemStore, users: dict[str, str], target: str, store_backend: str  # noqa: F811
+    store: ElastimemStore, users: dict[str, str], target: str, store_backend: str
 ) -> None:
     ns = (users["alice"], "memories")
     store.put(ns, "pet", {"content": "Has a border collie named Pixel"})
@@ -196,7 +196,7 @@ def remember_then_search(state: State, runtime: Runtime) -> dict[str, str]:
 
 
 def test_a_compiled_graph_uses_it_sync_and_async(
-    store: ElastimemStore, users: dict[str, str]  # noqa: F811
+    store: ElastimemStore, users: dict[str, str]
 ) -> None:
     builder = StateGraph(State, context_schema=dict)
     builder.add_node("remember_then_search", remember_then_search)
@@ -212,7 +212,7 @@ def test_a_compiled_graph_uses_it_sync_and_async(
 
 @pytest.mark.embedder
 def test_what_an_agent_puts_is_found_by_meaning_by_the_next_search(
-    target: str, users: dict[str, str]  # noqa: F811
+    target: str, users: dict[str, str]
 ) -> None:
     ns = (users["alice"], "memories")
     with ElastimemStore(target) as store:  # the real built-in model

@@ -48,9 +48,9 @@ class UserStores:
             mem = self._stores.get(user_id)
             if mem is not None:
                 return mem
-            if existing and not is_postgres_target(self.target):
-                if not (Path(self.target) / f"{user_id}.db").is_file():
-                    return None
+            in_folder = not is_postgres_target(self.target)
+            if existing and in_folder and not (Path(self.target) / f"{user_id}.db").is_file():
+                return None
             mem = elastimem.open_user(self.target, user_id, **self._open_kw)
             self._stores[user_id] = mem
             return mem

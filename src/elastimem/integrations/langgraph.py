@@ -14,18 +14,22 @@ follow with ``score=None``, so a search still lists everything under its prefix.
 
 ``ElastimemMiddleware`` puts ``build_context()`` of the latest user message into the system
 message of every model call and records the exchange with ``record_turn()`` when the agent
-has answered.
+has answered. One LangGraph thread (``thread_id``, whose messages a checkpointer carries) is
+one elastimem session; a run without a thread is a session of its own, ended when the agent
+answers, because build_context leaves the current session's turns to the host's messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -45,10 +49,11 @@ from elastimem.aio import AsyncElastimem
 from . import _store_items as items
 from ._targets import UserStores
 
-try:  # langgraph >= 1.2: checks ops handed to batch() directly, as its own stores do
-    from langgraph.store.base import validate_op_namespace
-except ImportError:  # pragma: no cover - older releases check in put/get/search only
-    validate_op_namespace = None
+# langgraph >= 1.2.x checks the labels of ops handed to batch() directly, as its own stores
+# do; older releases check them in put/get/search only.
+validate_op_namespace: Callable[[Op], None] | None = getattr(
+    importlib.import_module("langgraph.store.base"), "validate_op_namespace", None
+)
 
 __all__ = ["ElastimemMiddleware", "ElastimemStore"]
 
@@ -311,7 +316,7 @@ class ElastimemStore(BaseStore):
 Memory = elastimem.Elastimem | AsyncElastimem
 
 
-class ElastimemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class ElastimemMiddleware(AgentMiddleware):
     """Long-term memory for a LangChain 1.x agent in one line.
 
     ``ElastimemMiddleware(mem)`` with an open ``Elastimem`` or ``AsyncElastimem``; or, for many
@@ -340,6 +345,7 @@ class ElastimemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         else:
             self._stores = UserStores(mem, **open_kw)
         self._user_of = user_of
+        self._threads: dict[int, str | None] = {}  # id(store) -> the thread its session is for
 
     def close(self) -> None:
         """Close the stores this middleware opened (not a store handed to it)."""
@@ -354,44 +360,83 @@ class ElastimemMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         assert mem is not None
         return mem
 
+    # -- sessions: one per LangGraph thread ----------------------------------------------
+
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        mem = self._memory(runtime)
+        if isinstance(mem, AsyncElastimem):
+            raise TypeError("an AsyncElastimem serves async agents: call ainvoke/astream")
+        thread = _thread_id()
+        if thread is None or self._threads.get(id(mem)) != thread:
+            # Another conversation's session (or any, for a run without a thread): its turns
+            # are past now, for build_context to recall.
+            mem.end_session(wait=False)
+            if thread is not None:
+                mem.begin_session(f"langgraph thread {thread}")
+            self._threads[id(mem)] = thread
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        mem = self._memory(runtime)
+        thread = _thread_id()
+        if thread is None or self._threads.get(id(mem)) != thread:
+            await _call(mem, "end_session", wait=False)
+            if thread is not None:
+                await _call(mem, "begin_session", f"langgraph thread {thread}")
+            self._threads[id(mem)] = thread
+        return None
+
     # -- before the model call ---------------------------------------------------------------
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         mem = self._memory(request.runtime)
-        query = _latest_text(request.messages, HumanMessage)
         if isinstance(mem, AsyncElastimem):
             raise TypeError("an AsyncElastimem serves async agents: call ainvoke/astream")
+        query = _latest_text(request.messages, HumanMessage)
         return handler(_with_memory(request, mem.build_context(query).render()))
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         mem = self._memory(request.runtime)
-        query = _latest_text(request.messages, HumanMessage)
-        if isinstance(mem, AsyncElastimem):
-            plan = await mem.build_context(query)
-        else:
-            plan = await asyncio.to_thread(mem.build_context, query)
+        plan = await _call(mem, "build_context", _latest_text(request.messages, HumanMessage))
         return await handler(_with_memory(request, plan.render()))
 
     # -- after the answer --------------------------------------------------------------------
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         mem = self._memory(runtime)
+        if isinstance(mem, AsyncElastimem):
+            raise TypeError("an AsyncElastimem serves async agents: call ainvoke/astream")
         turn = _last_exchange(state["messages"])
         if turn is not None:
-            if isinstance(mem, AsyncElastimem):
-                raise TypeError("an AsyncElastimem serves async agents: call ainvoke/astream")
             mem.record_turn(*turn)
+        if _thread_id() is None:  # a run of its own: its session ends with it
+            mem.end_session(wait=False)
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         mem = self._memory(runtime)
         turn = _last_exchange(state["messages"])
         if turn is not None:
-            if isinstance(mem, AsyncElastimem):
-                await mem.record_turn(*turn)
-            else:
-                await asyncio.to_thread(mem.record_turn, *turn)
+            await _call(mem, "record_turn", *turn)
+        if _thread_id() is None:
+            await _call(mem, "end_session", wait=False)
         return None
+
+
+async def _call(mem: Memory, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``mem.<name>(...)`` off the event loop, whichever kind of store ``mem`` is."""
+    if isinstance(mem, AsyncElastimem):
+        return await getattr(mem, name)(*args, **kwargs)
+    return await asyncio.to_thread(getattr(mem, name), *args, **kwargs)
+
+
+def _thread_id() -> str | None:
+    """The ``thread_id`` of the running graph's config, None outside a thread."""
+    try:
+        thread = get_config().get("configurable", {}).get("thread_id")
+    except RuntimeError:  # not inside a runnable context
+        return None
+    return None if thread is None else str(thread)
 
 
 def _latest_text(messages: list[AnyMessage], kind: type) -> str:
