@@ -340,7 +340,7 @@ class ElastimemMiddleware(AgentMiddleware):
             self._mem = mem
         elif user_of is None:
             raise elastimem.ConfigError(
-                "with a folder or address, pass user_of=(runtime -> user id) to name the user"
+                "a folder or address needs user_of=(runtime -> user id) to name the user"
             )
         else:
             self._stores = UserStores(mem, **open_kw)
