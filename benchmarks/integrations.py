@@ -88,9 +88,8 @@ def timed(fn: Callable[[], Any], runs: int) -> tuple[list[float], list[Any]]:
 
 
 def report(label: str, times: list[float]) -> None:
-    print(
-        f"  {label:<46} p50 {statistics.median(times):7.2f} ms   p95 {percentile(times, 0.95):7.2f} ms"
-    )
+    p50, p95 = statistics.median(times), percentile(times, 0.95)
+    print(f"  {label:<46} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
 
 
 def bench_langgraph(folder: Path, model: Any, items: int, queries: int) -> None:
