@@ -216,21 +216,28 @@ class ElastimemStore(BaseStore):
                 pass
         return self._stores.users()
 
+    def _decode(self, user: str, fact_key: str, text: str) -> Decoded | None:
+        """The item a fact of ``user``'s store holds, or None for any other fact (cached per
+        fact key and text: a listing decodes every item of the user)."""
+        cached = self._decoded.get((user, fact_key))
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        decoded = items.decode(text)
+        if decoded is not None and (
+            items.fact_key(*decoded[:2]) != fact_key  # a fact that only looks like an item
+            or not self._owned_by(decoded[0], user)  # read back only from its own user's store
+        ):
+            decoded = None
+        self._decoded[(user, fact_key)] = (text, decoded)
+        return decoded
+
     def _items_of(self, user: str, mem: elastimem.Elastimem) -> dict[str, Decoded]:
         """fact key -> (namespace, key, value) of every item in the user's store, in
         ``facts()`` order (most recently updated first)."""
         found: dict[str, Decoded] = {}
         for fact_key, text in mem.facts().items():
-            cached = self._decoded.get((user, fact_key))
-            if cached is None or cached[0] != text:
-                decoded = items.decode(text)
-                if decoded is not None and items.fact_key(*decoded[:2]) != fact_key:
-                    decoded = None  # some other fact whose value happens to look like one
-                cached = (text, decoded)
-                self._decoded[(user, fact_key)] = cached
-            decoded = cached[1]
-            # An item is only ever read back from the store of its own namespace's user.
-            if decoded is not None and self._owned_by(decoded[0], user):
+            decoded = self._decode(user, fact_key, text)
+            if decoded is not None:
                 found[fact_key] = decoded
         return found
 
@@ -244,21 +251,28 @@ class ElastimemStore(BaseStore):
         if op.limit <= 0:
             return []
         want = op.offset + op.limit
+
+        def wanted(decoded: Decoded) -> bool:
+            return items.has_prefix(decoded[0], op.namespace_prefix) and items.matches_filter(
+                decoded[2], op.filter
+            )
+
         found: list[tuple[float | None, int, elastimem.Elastimem, str, Decoded]] = []
         for user in self._users_for(op.namespace_prefix):
             mem = self._existing(user)
             if mem is None:
                 continue
-            candidates = {
-                fact_key: decoded
-                for fact_key, decoded in self._items_of(user, mem).items()
-                if items.has_prefix(decoded[0], op.namespace_prefix)
-                and items.matches_filter(decoded[2], op.filter)
-            }
-            scores = self._ranked(mem, op.query, set(candidates), want) if op.query else {}
-            order = [*scores, *(key for key in candidates if key not in scores)]
-            for position, fact_key in enumerate(order[:want]):
-                found.append((scores.get(fact_key), position, mem, fact_key, candidates[fact_key]))
+            ranked = self._ranked(user, mem, op.query, wanted, want) if op.query else {}
+            rows: list[tuple[float | None, str, Decoded]] = [
+                (score, fact_key, decoded) for fact_key, (score, decoded) in ranked.items()
+            ]
+            if len(rows) < want:  # then the prefix's other items, unranked (a full listing)
+                rows += [
+                    (None, fact_key, decoded)
+                    for fact_key, decoded in self._items_of(user, mem).items()
+                    if fact_key not in ranked and wanted(decoded)
+                ][: want - len(rows)]
+            found += [(score, n, mem, key, dec) for n, (score, key, dec) in enumerate(rows)]
         # Ranked first by score, then each store's own order (one store: exactly its order).
         found.sort(key=lambda row: (row[0] is None, -(row[0] or 0.0), row[1]))
         results: list[SearchItem] = []
@@ -269,12 +283,16 @@ class ElastimemStore(BaseStore):
         return results
 
     def _ranked(
-        self, mem: elastimem.Elastimem, query: str, candidates: set[str], want: int
-    ) -> dict[str, float]:
-        """fact key -> recall score for the candidates recall ranks, best first: recall over
-        the user's facts, asked for more until ``want`` candidates are ranked or it has no more."""
-        if not candidates:
-            return {}
+        self,
+        user: str,
+        mem: elastimem.Elastimem,
+        query: str,
+        wanted: Callable[[Decoded], bool],
+        want: int,
+    ) -> dict[str, tuple[float, Decoded]]:
+        """fact key -> (recall score, item) for the wanted items recall ranks, best first.
+        Recall over the user's facts is asked for more until ``want`` of them are ranked or
+        it has no more; a hit's text is ``key: value``, so no listing is read for them."""
         if id(mem) not in self._warm:
             mem.warm_up(WARM_UP_SECONDS)  # False with no embedder at all: keywords only
             self._warm.add(id(mem))
@@ -283,13 +301,14 @@ class ElastimemStore(BaseStore):
         k = max(4 * want, 32)
         while True:
             hits = mem.recall(query, k, kinds=["fact"])
-            scores: dict[str, float] = {}
+            ranked: dict[str, tuple[float, Decoded]] = {}
             for hit in hits:
-                fact_key = hit.text.split(": ", 1)[0]
-                if fact_key in candidates and fact_key not in scores:
-                    scores[fact_key] = hit.score
-            if len(scores) >= min(want, len(candidates)) or len(hits) < k:
-                return scores
+                fact_key, _, text = hit.text.partition(": ")
+                decoded = self._decode(user, fact_key, text)
+                if decoded is not None and wanted(decoded) and fact_key not in ranked:
+                    ranked[fact_key] = (hit.score, decoded)
+            if len(ranked) >= want or len(hits) < k:
+                return ranked
             k *= 4
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
