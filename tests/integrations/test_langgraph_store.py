@@ -161,7 +161,7 @@ def test_bad_input_gets_langgraphs_errors_and_loses_nothing(
 
 
 def test_items_are_ordinary_memories_for_the_api_and_cli(
-    store: ElastimemStore, users: dict[str, str], target: str, store_backend: str
+    tmp_path: Path, store: ElastimemStore, users: dict[str, str], target: str, store_backend: str
 ) -> None:
     ns = (users["alice"], "memories")
     store.put(ns, "pet", {"content": "Has a border collie named Pixel"})
@@ -170,6 +170,8 @@ def test_items_are_ordinary_memories_for_the_api_and_cli(
         assert any("Pixel" in hit.text for hit in mem.recall("border collie Pixel"))
         assert "Pixel" in mem.build_context("tell me about my collie").render()
         (fact_key,) = [k for k, v in mem.facts().items() if "Pixel" in v]
+        mem.export(tmp_path / "export.jsonl")
+        assert "border collie named Pixel" in (tmp_path / "export.jsonl").read_text()
     where = (["--db", target, "--user", users["alice"]] if store_backend == "postgres"
              else ["--db", str(Path(target) / f"{users['alice']}.db")])  # fmt: skip
     done = subprocess.run(
@@ -227,3 +229,23 @@ def test_what_an_agent_puts_is_found_by_meaning_by_the_next_search(
         assert [i.key for i in music] == ["m1"]
         assert store.search(ns, query="does she have pets?", limit=1)[0].key == "m4"
         assert [i.key for i in store.search((users["bob"],), query="food")] == ["m1"]
+
+
+def test_the_rest_service_sees_what_the_store_put(tmp_path: Path) -> None:
+    service = pytest.importorskip("tests.service.test_server")
+    with ElastimemStore(tmp_path / "users", disable_builtin_embedder=True) as store:
+        store.put(("ana", "memories"), "city", {"content": "Moved to Porto in May"})
+        store.put(("ana", "memories"), "city", {"content": "Moved to Braga in June"})
+    server = service.start_server(tmp_path)
+    try:
+        facts = service.request(server, "GET", "/v1/facts", "ana")[1]["facts"]
+        (fact_key,) = [k for k, v in facts.items() if v.startswith("Moved to Braga in June\n")]
+        hits = service.request(server, "POST", "/v1/recall", "ana", {"query": "Braga"})[1]["hits"]
+        assert any(hit["text"].startswith(f"{fact_key}: Moved to Braga") for hit in hits)
+        history = service.request(server, "GET", f"/v1/facts/{fact_key}/history", "ana")[1]
+        assert [v["value"].split("\n")[0] for v in history["versions"]] == [
+            "Moved to Porto in May", "Moved to Braga in June"
+        ]  # fmt: skip
+        assert service.request(server, "GET", "/v1/facts", "ben")[1]["facts"] == {}
+    finally:
+        assert service.stop_server(server) == 0
