@@ -298,7 +298,9 @@ class ElastimemStore(BaseStore):
             self._warm.add(id(mem))
         if mem.pending():
             mem.drain(DRAIN_SECONDS)  # the embeddings of items just put
-        k = max(4 * want, 32)
+        # Recall ranks at most ~40 facts per query (20 candidates per leg), so one call
+        # usually answers; a larger page asks for more until recall has no more to give.
+        k = max(4 * want, 64)
         while True:
             hits = mem.recall(query, k, kinds=["fact"])
             ranked: dict[str, tuple[float, Decoded]] = {}
