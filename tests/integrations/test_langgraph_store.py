@@ -111,7 +111,9 @@ def test_search_prefix_filter_limit_offset_and_isolation(
     assert store.search((alice, "zzz")) == [] and store.search((users["carol"],)) == []
 
 
-def test_list_namespaces_prefix_suffix_depth(store: ElastimemStore, users: dict[str, str]) -> None:
+def test_list_namespaces_prefix_suffix_depth(
+    store: ElastimemStore, users: dict[str, str], store_backend: str, target: str
+) -> None:
     alice, bob = users["alice"], users["bob"]
     store.put((alice, "notes", "v1"), "a", {"x": 1})
     store.put((alice, "notes", "v2"), "b", {"x": 1})
@@ -128,8 +130,11 @@ def test_list_namespaces_prefix_suffix_depth(store: ElastimemStore, users: dict[
     assert store.list_namespaces(prefix=(alice, "*", "v2")) == [(alice, "notes", "v2")]
     assert store.list_namespaces(prefix=(alice,), limit=1, offset=1) == [(alice, "notes", "v2")]
     assert store.list_namespaces(prefix=(users["carol"],)) == []
+    if store_backend == "sqlite":  # a file in the folder that is no user's store is skipped
+        (Path(target) / "not a user.db").write_bytes(b"")
     everyone = store.list_namespaces(suffix=("notes", "v1"))  # every user this store knows
     assert (alice, "notes", "v1") in everyone and (bob, "notes", "v1") in everyone
+    assert {item.key for item in store.search((), limit=100)} >= {"a", "b", "c", "d"}
 
 
 def test_bad_input_gets_langgraphs_errors_and_loses_nothing(

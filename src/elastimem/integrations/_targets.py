@@ -4,8 +4,10 @@
 ``elastimem.open_user`` (``<folder>/<user>.db``, or the user's rows on the server) and keeps it
 open until ``close()``. Any adapter that maps framework users to elastimem users shares it.
 A read for a user with no store in a folder opens nothing (``existing=True``), so asking
-about an unknown user never creates a file. Only a folder can list its users; on a server
-``users()`` names those opened by this process (elastimem has no public user listing).
+about an unknown user never creates a file; on a server the user is opened (an empty store
+is a few rows there, and telling "no such user" from a server that cannot be reached would
+take the error's wording). Only a folder can list its users; on a server ``users()`` names
+those opened by this process (elastimem has no public user listing).
 """
 
 from __future__ import annotations

@@ -208,13 +208,29 @@ class ElastimemStore(BaseStore):
         if not changed and reason != "already stored":
             raise ValueError(f"elastimem did not store {op.namespace}/{op.key!r}: {reason}")
 
-    def _users_for(self, prefix: tuple[str, ...]) -> list[str]:
+    def _stores_for(self, prefix: tuple[str, ...]) -> list[tuple[str, elastimem.Elastimem]]:
+        """(user, store) for each user a prefix can reach: the one it names, or every user
+        (``UserStores.users``) when it names none."""
         if prefix:
             try:
-                return [self._user(prefix)]
+                user = self._user(prefix)
             except (IndexError, KeyError):  # a user_of that needs more labels than given
                 pass
-        return self._stores.users()
+            else:
+                mem = self._existing(user)
+                return [] if mem is None else [(user, mem)]
+        return self._every_store()
+
+    def _every_store(self) -> list[tuple[str, elastimem.Elastimem]]:
+        found = []
+        for user in self._stores.users():
+            try:
+                mem = self._existing(user)
+            except InvalidNamespaceError:  # a file in the folder that is no user's store
+                continue
+            if mem is not None:
+                found.append((user, mem))
+        return found
 
     def _decode(self, user: str, fact_key: str, text: str) -> Decoded | None:
         """The item a fact of ``user``'s store holds, or None for any other fact (cached per
@@ -258,10 +274,7 @@ class ElastimemStore(BaseStore):
             )
 
         found: list[tuple[float | None, int, elastimem.Elastimem, str, Decoded]] = []
-        for user in self._users_for(op.namespace_prefix):
-            mem = self._existing(user)
-            if mem is None:
-                continue
+        for user, mem in self._stores_for(op.namespace_prefix):
             ranked = self._ranked(user, mem, op.query, wanted, want) if op.query else {}
             rows: list[tuple[float | None, str, Decoded]] = [
                 (score, fact_key, decoded) for fact_key, (score, decoded) in ranked.items()
@@ -315,16 +328,13 @@ class ElastimemStore(BaseStore):
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = op.match_conditions or ()
-        users: list[str] | None = None
+        prefix: tuple[str, ...] = ()
         if self._user_of is first_label:  # a concrete first label names the one user to read
             for condition in conditions:
                 if condition.match_type == "prefix" and condition.path and condition.path[0] != "*":
-                    users = [condition.path[0]]
+                    prefix = (condition.path[0],)
         namespaces: set[tuple[str, ...]] = set()
-        for user in users if users is not None else self._stores.users():
-            mem = self._existing(user)
-            if mem is None:
-                continue
+        for user, mem in self._stores_for(prefix):
             for namespace, _key, _value in self._items_of(user, mem).values():
                 if all(items.matches_condition(namespace, c.match_type, tuple(c.path))
                        for c in conditions):  # fmt: skip
