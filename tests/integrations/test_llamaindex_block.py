@@ -113,3 +113,23 @@ def test_bad_input(mem: elastimem.Elastimem, target: str, users: dict[str, str])
     assert mem.sessions()[0]["message_count"] == 1  # the question (an empty reply is no message)
     with elastimem.open_user(target, users["carol"], embedder=HashEmbedder()) as other:
         assert asyncio.run(ElastimemMemoryBlock(mem=other).aget(odd)) == ""  # nobody else's
+
+
+@pytest.mark.embedder
+def test_what_was_put_is_found_by_meaning_by_the_next_aget(
+    target: str, users: dict[str, str]
+) -> None:
+    async def main() -> str:
+        mem = await elastimem.aio.open_user(target, users["alice"])  # the built-in model
+        async with mem:
+            assert await mem.warm_up(120)
+            block = ElastimemMemoryBlock(mem=mem, k=1)
+            await block.aput(exchange("My sister Ana works night shifts as a nurse.", "Tiring!"))
+            await block.aput(exchange("I restore old bicycles at weekends.", "Nice hobby."))
+            await block.aput(exchange("We are repainting the kitchen blue.", "Sounds fresh."))
+            asked = [
+                ChatMessage(role="user", content="Is anyone in the family in the medical field?")
+            ]
+            return await block.aget(asked)
+
+    assert "nurse" in asyncio.run(main())

@@ -26,6 +26,9 @@ __all__ = ["ElastimemMemoryBlock"]
 # How many of the latest messages make the query: the question alone is often too short
 # ("and her?"), the whole history drowns it.
 QUERY_MESSAGES = 2
+# How long aget waits for the indexing of turns just put (this process's queued jobs), so
+# what was flushed is found by the very next aget; bounded, as a host's LLM may be slow.
+DRAIN_SECONDS = 10.0
 
 
 class ElastimemMemoryBlock(BaseMemoryBlock[str]):
@@ -55,6 +58,8 @@ class ElastimemMemoryBlock(BaseMemoryBlock[str]):
         query = "\n".join(str(text) for text in latest)
         if not query.strip():
             return ""
+        if await self._call("pending"):
+            await self._call("drain", DRAIN_SECONDS)
         hits = await self._call("recall", query, self.k)
         return "\n".join(f"- {hit.text}" for hit in hits)
 
