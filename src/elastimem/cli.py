@@ -91,7 +91,8 @@ class CliState:
             raise click.UsageError(f"--user: {exc}") from None
 
     def shown(self) -> str:
-        """The store in messages: the file, or the server address (no password) and the user."""
+        """The store as messages name it: the file, or the server address without its
+        password and the user."""
         where = self.db_path()
         if not is_postgres_url(where):
             return where
@@ -223,7 +224,8 @@ def main(ctx: click.Context, db_path: str | None, user: str | None, output: str 
 @main.command()
 @pass_state
 def path(state: CliState) -> None:
-    """Print the store file in use (on a server: its address without password, and the user).
+    """Print the store file in use (on a server: its address, without the password, and the
+    user).
 
     \b
     Example:
@@ -618,43 +620,6 @@ def reindex(state: CliState, force: bool) -> None:
     emit(state, {"reindexed": count})
 
 
-@main.command()
-@click.option(
-    "--as",
-    "as_",
-    type=click.Choice(["dot", "html"]),
-    default="dot",
-    show_default=True,
-    help="DOT for Graphviz, or one self-contained HTML page.",
-)
-@click.option("-o", "--output", "out", metavar="FILE", help="Write here instead of stdout.")
-@pass_state
-def graph(state: CliState, as_: str, out: str | None) -> None:
-    """Draw the entity graph (you, the people, places and things you mentioned).
-
-    \b
-    Example:
-      elastimem graph --as dot | dot -Tsvg > graph.svg
-      elastimem graph --as html -o graph.html
-    """
-    if out and out != "-":
-        _refuse_the_store_as_output(state, out)
-    with state.store() as mem:
-        text = mem.render_graph(as_)
-    if out and out != "-":
-        try:
-            target = Path(out).expanduser()
-            # The graph names the people and places of a private memory: a new file is made
-            # 0600 like an export; an existing one keeps the mode its owner gave it.
-            files.create_private_file(str(target))
-            target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {out} ({exc.strerror})") from exc
-        click.echo(f"wrote {out}", err=True)
-    else:
-        click.echo(text, nl=not text.endswith("\n"))
-
-
 def _llm_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--llm-key", envvar="ELASTIMEM_LLM_API_KEY", metavar="KEY",
                       help="API key for the endpoint, if it needs one "
@@ -890,10 +855,14 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
-from .cli_keys import keys_group  # noqa: E402 - it imports this module's helpers
+from .cli_graph import graph_command  # noqa: E402 - below what it is built from
+from .cli_keys import keys_group  # noqa: E402
+from .cli_ui import ui_command  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
+main.add_command(ui_command(pass_state, _llm_options, _make_llm))
 main.add_command(keys_group)
 
 if __name__ == "__main__":  # pragma: no cover

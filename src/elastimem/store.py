@@ -27,6 +27,7 @@ from .arguments import parse_kinds as _parse_kinds
 from .arguments import query_text as _query_text
 from .arguments import timeout_arg as _timeout_arg
 from .assembly import ContextPlan, build_context_plan
+from .browsing import Browsing
 from .config import ElastimemConfig, check_option_names
 from .enums import Tier
 from .errors import ClosedError, ConfigError
@@ -55,7 +56,7 @@ logger = logging.getLogger("elastimem")
 Tokenizer = Callable[[str], int]
 
 
-class Elastimem:
+class Elastimem(Browsing):
     """Long-term memory for one user: one SQLite file, or the user's rows on a PostgreSQL server."""
 
     def __init__(

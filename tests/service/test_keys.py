@@ -268,3 +268,28 @@ def test_a_plain_keys_file_is_served_with_one_warning_naming_keys_add(tmp_path: 
         assert stop_server(server) == 0
     assert server.log().count("elastimem keys add") == 1, server.log()
     assert TOKENS["ana"] not in server.log()
+
+
+def test_only_an_admin_key_signs_in_to_the_inspector(tmp_path: Path) -> None:
+    pytest.importorskip("jinja2", reason="the inspector needs Jinja2")
+    import httpx
+
+    from tests.web.test_inspector_http import csrf_of
+
+    made = tmp_path / "made.json"
+    read = add_key(made, "ana", "read", "reader")
+    write = add_key(made, "ana", "write", "writer")
+    admin = add_key(made, "ana", "admin", "owner")
+    server = start_server(tmp_path, keys=json.loads(made.read_text()))
+    try:
+        with httpx.Client(base_url=server.base, follow_redirects=True) as browser:
+            token = csrf_of(browser.get("/ui/facts").text)
+            # The inspector can edit, erase and import: a read or write key would pass its
+            # scope there.
+            for key in (read, write):
+                refused = browser.post("/ui/signin", data={"csrf": token, "key": key})
+                assert refused.status_code == 401
+            signed = browser.post("/ui/signin", data={"csrf": token, "key": admin})
+            assert signed.status_code == 200 and signed.url.path == "/ui/"
+    finally:
+        assert stop_server(server) == 0

@@ -61,8 +61,15 @@ def test_a_key_past_its_rate_gets_429_and_no_other_key_notices(tmp_path: Path) -
         assert get(ana, "ana").status == 429
         assert get(ben, "ben").status == 429
         assert get(ana, "cy").status == 200  # the key counts, not the connection
-        ana.request("POST", "/mcp", body=b"{}", headers={
-            "Authorization": f"Bearer {TOKENS['ana']}", "Content-Type": "application/json"})
+        ana.request(
+            "POST",
+            "/mcp",
+            body=b"{}",
+            headers={
+                "Authorization": f"Bearer {TOKENS['ana']}",
+                "Content-Type": "application/json",
+            },
+        )
         mcp = ana.getresponse()
         mcp.read()
         assert mcp.status == 429  # /mcp counts on the same bucket

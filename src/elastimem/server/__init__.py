@@ -1,10 +1,11 @@
 """``elastimem serve``: memory as an HTTP service (REST and MCP), one store per user.
 
 Layout, one idea per module; each imports only the ones above it in this list and, from the
-rest of elastimem, ``aio`` (the stores), ``users``, ``errors``, ``clock``, ``text`` (fact
-keys as stored), ``mcp_server`` (the tools) and ``storage`` (which backend an address names,
-and the start check of a PostgreSQL server). Nothing outside this package imports it,
-except ``cli`` for the command and ``cli_keys`` for the keys file:
+rest of elastimem, ``aio`` (the stores), ``web`` (the inspector, mounted at ``/ui``),
+``users``, ``errors``, ``clock``, ``text`` (fact keys as stored), ``mcp_server`` (the tools)
+and ``storage`` (which backend an address names, and the start check of a PostgreSQL server).
+Nothing outside this package imports it, except ``cli`` for the command and ``cli_keys`` for
+the keys file:
 
 - ``keys``: the keys of ``KEYS.json`` (scrypt-hashed, or plain tokens of the first format):
   ``KeyRing.lookup(token)`` gives the key's ``Principal`` (user, scope, label) or None.
