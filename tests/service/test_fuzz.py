@@ -113,6 +113,10 @@ def test_what_the_fuzzer_found_stays_fixed(tmp_path: Path) -> None:
         # An integral float is an integer in JSON Schema; an optional field may be null.
         assert call(server, "POST", "/v1/recall", token, {"query": "x", "k": 3.0})[0] == 200
         assert call(server, "POST", "/v1/recall", token, {"query": "x", "until": None})[0] == 200
+        # Valid RFC 3339 times whose UTC is outside years 1-9999: the nearest one, not a 400.
+        edges = {"query": "x", "since": "0001-01-01T00:00:00+01:01",
+                 "until": "9999-12-31T23:59:59-00:01"}  # fmt: skip
+        assert call(server, "POST", "/v1/recall", token, edges)[0] == 200
         document = requests.get(f"{server.base}/openapi.json", timeout=30).json()
         erase = document["paths"]["/v1/erase"]["post"]["requestBody"]
         assert erase["required"] and "oneOf" in erase["content"]["application/json"]["schema"]
