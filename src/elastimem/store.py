@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import arguments as args
-from . import lifecycle, storage
+from . import lifecycle, observe, storage
 from .arguments import VALID_KINDS
 from .arguments import failure as _failure
 from .arguments import int_arg as _int_arg
@@ -55,6 +55,7 @@ logger = logging.getLogger("elastimem")
 Tokenizer = Callable[[str], int]
 
 
+@observe.instrument
 class Elastimem:
     """Long-term memory for one user: one SQLite file, or the user's rows on a PostgreSQL server."""
 
