@@ -1,13 +1,11 @@
 """The ``elastimem`` command line: a thin layer over the Python API (SPEC §8.1).
 
-Data commands print JSON by default and, with ``--format table``, lines and columns fitted
-to the terminal. The store comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in
-the per-user app folder; ``elastimem path`` prints which. Only commands that store something
+Data commands print JSON by default, or with ``--format table`` fitted to the terminal. The
+store: ``--db``, else ``ELASTIMEM_DB``, else the app folder's (``elastimem path``). Only commands that store something
 (``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
 and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
 the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long
-work (``import``, ``reindex``) shows a progress bar on stderr; Ctrl-C during it rolls back
-or keeps only whole batches, so the store stays consistent.
+work (``import``, ``reindex``) shows a progress bar; Ctrl-C rolls back or keeps whole batches.
 """
 
 from __future__ import annotations
@@ -892,9 +890,11 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_ops import ops_commands  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+main.commands.update(ops_commands(pass_state))  # backup, restore, verify
 
 if __name__ == "__main__":  # pragma: no cover
     main()
