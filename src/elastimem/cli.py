@@ -1,11 +1,11 @@
 """The ``elastimem`` command line: a thin layer over the Python API (SPEC §8.1).
 
-Data commands print JSON by default, or with ``--format table`` fitted to the terminal. The
-store: ``--db``, else ``ELASTIMEM_DB``, else the app folder's (``elastimem path``). Only commands that store something
-(``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
-and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
-the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long
-work (``import``, ``reindex``) shows a progress bar; Ctrl-C rolls back or keeps whole batches.
+Data commands print JSON, or with ``--format table`` lines fitted to the terminal. The store:
+``--db``, else ``ELASTIMEM_DB``, else the app folder's (``elastimem path``). Only ``remember``,
+``import``, ``demo`` and ``serve-mcp`` create a missing store; the others exit 1 and create
+nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact the guards
+refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long work (``import``,
+``reindex``) shows a progress bar; Ctrl-C rolls back or keeps whole batches.
 """
 
 from __future__ import annotations

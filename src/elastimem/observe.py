@@ -10,8 +10,8 @@ Kinds and names (``Observation.kind`` / ``.name``), and the attributes each one 
 
 - ``operation``: ``recall``, ``explain``, ``build_context``, ``record_turn``, ``remember``,
   ``forget``, ``erase``; ``operation`` (the GenAI memory operation name),
-  ``store_id``, ``record_count`` when known, and ``query`` / ``records`` (the user's text,
-  for observers that may keep content when the host allows it).
+  ``store_id``, ``record_count`` when known, and ``query`` / ``records`` / ``result`` (the
+  user's text and what came back, for observers that may keep content when allowed).
 - ``leg``: a part of one recall (``graph_signal``, ``rank``).
 - ``llm``: ``extract``, ``session_summary``, ``fact_merge``, ... (the job kind asking);
   ``input_chars``, ``output_chars``.
@@ -157,6 +157,21 @@ def note(kind: str, name: str, **attributes: Any) -> None:
             pass
 
 
+# The job kind that asked for an LLM call -> the purpose metrics and spans report.
+LLM_PURPOSES = {
+    "extract": "extraction",
+    "rolling_summary": "summaries",
+    "session_summary": "summaries",
+    "fact_merge": "merges",
+    "entity_merge": "merges",
+    "cluster_label": "labels",
+}
+
+
+def llm_purpose(kind: str) -> str:
+    return LLM_PURPOSES.get(kind, "other")
+
+
 # -- the facade's operations -----------------------------------------------------------------
 
 # Method -> GenAI memory operation name (the OpenTelemetry semantic conventions' values).
@@ -201,6 +216,7 @@ def _observed_method(method: str, operation: str, fn: F) -> F:
             count = _record_count(method, result)
             if count is not None:
                 observation.set(record_count=count)
+            observation.set(result=result)  # a reference: only content-keeping observers read it
             return result
 
     return observed  # type: ignore[return-value]
