@@ -211,8 +211,9 @@ class Worker:
             with self._db.atomic() as conn:
                 if outcome == "done":
                     jobs.complete(conn, job.id)
-                elif outcome == "failed" and jobs.fail(conn, job.id, error):
-                    observe.note("job_failed", job.kind)
+                elif outcome == "failed":
+                    if jobs.fail(conn, job.id, error):  # its last attempt
+                        observe.note("job_failed", job.kind)
                 else:
                     jobs.set_state(conn, job.id, outcome)
         except Exception as exc:
