@@ -48,6 +48,9 @@ SPEC_COMMANDS = {
     "timeline",
     "lessons",
     "context",
+    "backup",  # the operator's commands (cli_ops)
+    "restore",
+    "verify",
 }
 
 
