@@ -7,6 +7,7 @@ Registered on the main group by one line of ``cli``; the group's state (``--db``
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,6 @@ def _key_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _key(name: str | None) -> str | None:
-    import os
-
     if name is None:
         return None
     value = os.environ.get(name)
@@ -64,7 +63,7 @@ def ops_commands(pass_state: Callable[..., Any]) -> dict[str, click.Command]:
 
     @click.command()
     @click.argument("src", type=click.Path(dir_okay=False))
-    @click.option("--force", is_flag=True, help="Replace the memories a store file holds.")
+    @click.option("--force", is_flag=True, help="Overwrite a store file that holds memories.")
     @_key_option
     @pass_state
     def restore(state: Any, src: str, force: bool, key_env: str | None) -> None:
