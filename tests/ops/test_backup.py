@@ -226,3 +226,18 @@ def test_postgres_backup_is_an_export_that_restores_anywhere(
 def _export(mem: Any, path: Path) -> dict[str, list[str]]:
     mem.export(path)
     return rows_of(path)
+
+
+def test_an_encryption_key_is_passed_through_and_refused_clearly(tmp_path: Path) -> None:
+    store = tmp_path / "k.db"
+    _store_with_memories(store)
+    env = {**os.environ, "STORE_KEY": "correct horse battery staple"}
+    done = subprocess.run(
+        [sys.executable, "-m", "elastimem.cli", "--db", str(store), "backup",
+         str(tmp_path / "k-backup.db"), "--key-env", "STORE_KEY"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 1 and "encrypted store's key cannot be used" in done.stderr
+    assert "correct horse" not in done.stderr and not (tmp_path / "k-backup.db").exists()
+    unset = cli("--db", str(store), "verify", "--key-env", "NO_SUCH_VARIABLE", check=False)
+    assert unset.returncode == 2 and "NO_SUCH_VARIABLE" in unset.stderr
