@@ -92,6 +92,9 @@ class Telemetry:
         if options.backup_dir:
             from ..ops.schedule import BackupSchedule, folder_users
             from ..storage.addresses import is_postgres_url
+            from .pool import check_target
+
+            target = check_target(target)  # "~" expanded, as the stores see it
 
             def users() -> list[str]:
                 if is_postgres_url(target):
