@@ -16,6 +16,7 @@ query-vector cache and any change of load favour no mode):
 
     nice -n 10 python benchmarks/observability.py --size 10000 --queries 300
     nice -n 10 python benchmarks/observability.py --size 0 --backup-size 100000
+    nice -n 10 python benchmarks/observability.py --size 0 --backup-size 100000 --backend postgres
 """
 
 from __future__ import annotations
@@ -143,11 +144,39 @@ def run_backup(args: argparse.Namespace, workdir: Path) -> None:
     print(f"verify   {checked:7.2f} s  ok={report.ok} counts={report.counts}")
 
 
+def run_pg_backup(args: argparse.Namespace, workdir: Path) -> None:
+    """The same on PostgreSQL: one user bulk-loaded on a private server, backed up (an
+    export file) and the export verified."""
+    from elastimem.ops.backup import backup, verify
+
+    server, url = latency.private_postgres()
+    try:
+        corpus, embedder = latency.Corpus(), latency.SyntheticEmbedder()
+        print(f"bulk-loading {args.backup_size:,} exchanges on PostgreSQL ...", file=sys.stderr)
+        latency.pg_bulk_load(url, "bench", corpus, args.backup_size, embedder)
+        dest = workdir / "backup.jsonl"
+        result = backup(url, str(dest), user_id="bench")
+        started = time.perf_counter()
+        report = verify(str(dest))
+        checked = time.perf_counter() - started
+    finally:
+        server.stop()
+    print(f"\nPostgreSQL backup of {args.backup_size:,} exchanges (one user)")
+    print(f"backup   {result.seconds:7.2f} s  {result.bytes / 1e6:8.1f} MB  ({result.format})")
+    print(f"verify   {checked:7.2f} s  ok={report.ok} counts={report.counts}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=10_000, help="exchanges (0: skip)")
     parser.add_argument("--queries", type=int, default=300, help="timed queries per mode")
     parser.add_argument("--backup-size", type=int, default=0, help="exchanges (0: skip)")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="where --backup-size is measured (postgres: a private server)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="elastimem-observability-") as temp:
@@ -155,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         if args.size:
             run_overhead(args, workdir)
-        if args.backup_size:
+        if args.backup_size and args.backend == "postgres":
+            run_pg_backup(args, workdir)
+        elif args.backup_size:
             run_backup(args, workdir)
     return 0
 
