@@ -48,6 +48,7 @@ SPEC_COMMANDS = {
     "timeline",
     "lessons",
     "context",
+    "ui",
     "backup",  # the operator's commands (cli_ops)
     "restore",
     "verify",
