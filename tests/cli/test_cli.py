@@ -49,6 +49,9 @@ SPEC_COMMANDS = {
     "lessons",
     "context",
     "ui",
+    "backup",  # the operator's commands (cli_ops)
+    "restore",
+    "verify",
 }
 
 

@@ -36,7 +36,9 @@ from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
 from . import rest
 from .keys import KeyRing
 from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
+from .ops_cli import OpsOptions
 from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
+from .telemetry import Telemetry
 
 logger = logging.getLogger("elastimem")
 
@@ -55,6 +57,7 @@ class ServiceOptions:
     max_body: int = DEFAULT_MAX_BODY
     host: str = "127.0.0.1"
     store_options: dict[str, Any] = field(default_factory=dict)
+    ops: OpsOptions = field(default_factory=OpsOptions)  # metrics, traces, backups (telemetry)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -235,6 +238,9 @@ def build_app(options: ServiceOptions) -> Starlette:
         exception_handlers={HTTPException: http_error},
     )
     app.add_middleware(_Authenticate, keys=options.keys)
+    stores = lambda: state["pool"].stores() if "pool" in state else []  # noqa: E731
+    app.add_middleware(Telemetry, options=options.ops, target=options.target, stores=stores,
+                       routes=routes)  # fmt: skip
     return app
 
 
