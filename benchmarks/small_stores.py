@@ -207,7 +207,7 @@ def measures(ranks: list[int | None]) -> tuple[float, float, float]:
     return top1, top3, mrr
 
 
-def report(name: str, result: Result, min_score: float) -> None:
+def report(name: str, result: Result, min_score: float, sweep: bool = False) -> None:
     t1, t3, mrr = measures(result.ranks)
     f1, f3, fmrr = measures(result.floor_ranks)
     n = len(result.ranks)
@@ -223,6 +223,11 @@ def report(name: str, result: Result, min_score: float) -> None:
         f"({dropped / max(len(off_hits), 1):.3f}), keeps {kept}/{n} right answers "
         f"({kept / max(n, 1):.3f})"
     )
+    if sweep:
+        for cut in (0.05, 0.08, 0.10, 0.12, 0.15, 0.20):
+            d = sum(1 for s in off_hits if s < cut) / max(len(off_hits), 1)
+            kk = sum(1 for s in result.right_scores if s >= cut) / max(n, 1)
+            print(f"    min_score {cut:.2f}: drops {d:.3f} of off-topic hits, keeps {kk:.3f}")
     right = [s for s in result.right_scores if s != float("-inf")]
     if right and off_hits:
         print(
@@ -260,6 +265,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="sqlite")
     parser.add_argument("--min-score", type=float, default=CONTEXT_MIN_SCORE)
     parser.add_argument("--misses", action="store_true", help="print each wrong top-1")
+    parser.add_argument("--sweep", action="store_true", help="min_score figures at 0.05-0.20")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     data = json.loads(args.data.read_text(encoding="utf-8"))
@@ -280,7 +286,7 @@ def main() -> None:
         finally:
             if server is not None:
                 server.stop()
-        report(f"{backend}, part {args.part}", result, args.min_score)
+        report(f"{backend}, part {args.part}", result, args.min_score, args.sweep)
         print(f"  ({time.perf_counter() - begin:.0f} s)")
         if args.misses:
             for line in result.misses:

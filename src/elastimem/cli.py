@@ -813,8 +813,7 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
         hits = mem.recall(question, k=2)
         for rank, hit in enumerate(hits, start=1):
             prefix = f"  {rank}. [{hit.date}] {hit.kind:<5} {hit.score:.2f}  "
-            text = " ".join(hit.text.split())
-            say(prefix + tables.clip(text, max(30, columns - len(prefix) - 1)))
+            say(tables.wrap(prefix, " ".join(hit.text.split()), columns))
         if not hits:
             say("  (no hits)")
 

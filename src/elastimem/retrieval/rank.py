@@ -78,6 +78,7 @@ from .scale import (
     normalise_with_floor,
     pool_share,
     scaled_weights,
+    unride,
 )
 
 __all__ = [
@@ -593,8 +594,11 @@ def _rank_chunks(
         share = pool_share(len(found), VECTOR_CANDIDATES)
         fts_weight = weights.fts * share
         weight_sum = fts_weight + weights.vec
-        vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
-        keyword = gate_keyword(keyword, found, share)
+        own = (
+            unride(found, conn.transcript.chunk_rows([c for c, _ in found])) if share < 1 else found
+        )
+        vector = normalise_vector_scores(own, VECTOR_CANDIDATES)
+        keyword = gate_keyword(keyword, own, share)
         weights = scaled_weights(weights, share)
         # chunks said within a time the question names, which no leg found (span_pool.py)
         spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope, found)

@@ -136,3 +136,36 @@ def scaled_weights(weights: Weights, share: float) -> Weights:
         rec=weights.rec * share,
         neighbour=weights.neighbour * share,
     )
+
+
+# Tuned on the tuning part of benchmarks/data/small_stores.json (top-1, SQLite): 0 0.777,
+# 0.3 0.813, 0.5 0.799, 1.0 0.770 (see the record in benchmarks/README.md).
+RIDE_SHARE = 0.3
+
+
+def unride(
+    found: list[tuple[int, float]], rows: list[tuple[int, int, str, float]]
+) -> list[tuple[int, float]]:
+    """A small pool's cosines with what each chunk owes the turn before it taken out.
+
+    A chunk is embedded with the chunk before it in its session as context
+    (``vector_writes.passage_texts``), so an exchange right after the one a question is
+    about scores nearly as high, or higher ("Do I own any animals?" -> the ramen exchange
+    embedded with the collie one). The part of the previous chunk's cosine that is its own
+    (above the cosine of the chunk before *it*, its own context) is what the next one may
+    owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine.
+    """
+    cosine = dict(found)
+    by_session: dict[int, list[int]] = {}
+    for cid, session_id, _created, _importance in rows:
+        by_session.setdefault(session_id, []).append(cid)
+    owed: dict[int, float] = {}
+    for members in by_session.values():
+        members.sort()
+        for n in range(1, len(members)):
+            before = cosine.get(members[n - 1], 0.0)
+            its_context = cosine.get(members[n - 2], 0.0) if n >= 2 else 0.0
+            owed[members[n]] = RIDE_SHARE * max(0.0, before - its_context)
+    rows_out = [(cid, c - owed.get(cid, 0.0)) for cid, c in found]
+    rows_out.sort(key=lambda row: (-row[1], -row[0]))
+    return rows_out
