@@ -4,7 +4,9 @@ The store is the issue's own: a dozen everyday turns with filler among them, and
 explicit facts, embedded by the built-in model (tests marked ``embedder``). The figures over
 the whole labelled set are ``benchmarks/small_stores.py``'s; these pin one example per cause:
 
-- a chunk's vector carrying the turn before it (``vector_writes.passage_texts``);
+- a chunk's vector carrying the turn before it (``vector_writes.passage_texts``): small
+  talk is embedded alone, and a small pool's cosines give back what a chunk owes the turn
+  before it (``scale.unride``);
 - min-max over a handful of candidates turning noise into 1.0 (``scale.py``): nonsense
   scored like a true match, so no cut-off could be set;
 - BM25 over a few documents: one shared word ("living") outvoting the meaning;
@@ -149,7 +151,11 @@ def test_small_talk_is_embedded_without_the_turn_before_it() -> None:
         [(1, "User: thanks!\nAssistant: You're welcome!"), (2, "User: My favourite food is ramen")],
     )
     assert texts[0] == "User: thanks!\nAssistant: You're welcome!"
-    assert "collie" not in texts[1] or len(texts[1]) <= 2 * len("User: My favourite food is ramen")
+    # an exchange that says something keeps its context (the LoCoMo gain, vector_writes.py)
+    assert (
+        texts[1]
+        == "User: My favourite food is ramen\nUser: I adopted a border collie called Juniper"
+    )
 
 
 # -- min_score on every surface ----------------------------------------------------------------
