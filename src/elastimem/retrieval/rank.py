@@ -590,8 +590,9 @@ def _rank_chunks(
     fts_weight, weight_sum, share = weights.fts, weights.fts, 1.0
     if found is not None:  # None: no leg, or no query vector after all
         # A small store's keyword leg is BM25 over a few documents: one shared word makes a
-        # match (scale.py); it weighs by how full the vector leg's pool is.
-        share = pool_share(len(found), VECTOR_CANDIDATES)
+        # match (scale.py); it weighs by how full the vector leg's pool is. An empty pool
+        # (the leg failed, or nothing is embedded yet) leaves the keywords as they were.
+        share = pool_share(len(found), VECTOR_CANDIDATES) if found else 1.0
         fts_weight = weights.fts * share
         weight_sum = fts_weight + weights.vec
         own = (
