@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ def open_store(where: Any, name: str) -> elastimem.Elastimem:
 
 def load(mem: elastimem.Elastimem, store: dict[str, Any]) -> None:
     turns = store["turns"]
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
     for n, (user, assistant) in enumerate(turns):
         mem.record_turn(user, assistant, at=now - timedelta(hours=2 * (len(turns) - n)))
     for key, value in store.get("facts", {}).items():
@@ -119,7 +119,7 @@ def labels_of(mem: elastimem.Elastimem) -> tuple[dict[int, str], dict[str, str]]
             chunks.append((int(row["id"]), int(row["first_msg_id"]), str(row["text"])))
     messages.sort()
     turn_of = {msg: n for n, msg in enumerate(messages)}
-    by_id = {cid: f"t{turn_of.get(first, -1)}" for cid, first, _ in chunks}
+    by_id = {cid: f"t{turn_of.get(first, -1)}" for cid, first, _text in chunks}
     texts = {by_id[cid]: text for cid, _, text in chunks}
     return by_id, texts
 
@@ -164,7 +164,10 @@ class Floor:
 
 
 def run_backend(
-    where: Any, stores: list[dict[str, Any]], off_topic: list[str], args: argparse.Namespace,
+    where: Any,
+    stores: list[dict[str, Any]],
+    off_topic: list[str],
+    args: argparse.Namespace,
     floor: Floor,
 ) -> Result:
     from elastimem.memory.fact_vectors import fact_text

@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -77,7 +77,6 @@ from .scale import (
     normalise_vector_scores,
     normalise_with_floor,
     pool_share,
-    scaled_weights,
     unride,
 )
 
@@ -678,6 +677,20 @@ def _rank_chunks(
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
     return out, share
+
+
+def scaled_weights(weights: Weights, share: float) -> Weights:
+    """The nudges (importance, recency) and the neighbour's share, sized for min-max scores,
+    shrunk with a small pool's ``share``: on its absolute scale they would outweigh the
+    evidence between two candidates (issue 26)."""
+    if share >= 1.0:
+        return weights
+    return replace(
+        weights,
+        imp=weights.imp * share,
+        rec=weights.rec * share,
+        neighbour=weights.neighbour * share,
+    )
 
 
 def _start_vector_leg(conn: Tx, filters: Filters, leg: VectorLeg | None) -> VectorFinish | None:

@@ -16,12 +16,6 @@ are few at any store size.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .rank import Weights
-
 # The chunks' absolute cosine scale (all-MiniLM-L6-v2), on the tuning part of
 # benchmarks/data/small_stores.json: see the record in rank.py (issue 26).
 CHUNK_COSINE_FLOOR = 0.15
@@ -122,20 +116,6 @@ def gate_keyword(
         cid: score * (kept + (1.0 - kept) * min(1.0, meaning.get(cid, 0.0)))
         for cid, score in keyword.items()
     }
-
-
-def scaled_weights(weights: Weights, share: float) -> Weights:
-    """The nudges (importance, recency) and the neighbour's share, sized for min-max scores,
-    shrunk with a small pool's ``share``: on its absolute scale they would outweigh the
-    evidence between two candidates (issue 26)."""
-    if share >= 1.0:
-        return weights
-    return replace(
-        weights,
-        imp=weights.imp * share,
-        rec=weights.rec * share,
-        neighbour=weights.neighbour * share,
-    )
 
 
 # Tuned on the tuning part of benchmarks/data/small_stores.json (top-1, SQLite): 0 0.777,
