@@ -389,17 +389,18 @@ class Elastimem(Browsing):
         kinds: Iterable[str] | None = None,
         since: object = None,
         until: object = None,
+        min_score: float | None = None,
     ) -> list[Hit]:
-        """Hybrid search over chunks and facts (§5.6); never raises for any query."""
+        """Hybrid search over chunks and facts (§5.6); never raises for any query. Hits
+        scoring below ``min_score`` are left out (None: no cut)."""
         self._check_open()
-        k = _int_arg(k, "k")
-        wanted = _parse_kinds(kinds)
+        k, floor, wanted = _int_arg(k, "k"), args.min_score_arg(min_score), _parse_kinds(kinds)
         filters = retrieval.Filters(None, _parse_at(since, "since"), _parse_at(until, "until"))
         if k <= 0:
             return []
         try:
             ranking, _signal = self._rank(query, k, wanted, filters)
-            return ranking.hits if ranking else []
+            return [hit for hit in (ranking.hits if ranking else []) if hit.score >= floor]
         except ClosedError:
             raise
         except Exception as exc:
