@@ -391,8 +391,7 @@ class Elastimem(Browsing):
         until: object = None,
         min_score: float | None = None,
     ) -> list[Hit]:
-        """Hybrid search over chunks and facts (§5.6); never raises for any query. Hits
-        scoring below ``min_score`` are left out (None: no cut)."""
+        """Hybrid search over chunks and facts (§5.6); never raises; ``min_score`` cuts hits."""
         self._check_open()
         k, floor, wanted = _int_arg(k, "k"), args.min_score_arg(min_score), _parse_kinds(kinds)
         filters = retrieval.Filters(None, _parse_at(since, "since"), _parse_at(until, "until"))
