@@ -81,6 +81,15 @@ def timeout_arg(value: object, name: str = "timeout") -> float:
     return float(value)
 
 
+def min_score_arg(value: object) -> float:
+    """``recall``'s ``min_score``: a finite real number, or None for no cut (-inf)."""
+    if value is None:
+        return float("-inf")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e9 < value < 1e9:
+        raise ConfigError(f"min_score={value!r} is invalid; pass a number (or None: no cut)")
+    return float(value)
+
+
 def parse_kinds(kinds: Iterable[str] | None) -> frozenset[str]:
     """The kinds of hits a recall may return: a subset of ``VALID_KINDS`` (None: all)."""
     if kinds is None:

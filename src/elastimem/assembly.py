@@ -45,6 +45,10 @@ SECTION_ORDER = tuple(SECTION_HEADINGS)
 MIN_TOKENS_TO_CUT = 24
 PAST_MOMENT_CHARS = 240
 PREVIOUS_SESSIONS = 5
+# Past moments scoring below this are left out of the prompt: on a small store an off-topic
+# question's best exchange would otherwise reach it. Chosen on the tuning part of
+# benchmarks/data/small_stores.json (issue 26; figures in benchmarks/README.md).
+CONTEXT_MIN_SCORE = 0.10
 FACT_CHARS = 500
 # Lessons, summaries and graph lines are cut by fitting alone (at a word boundary, and only
 # when they do not fit). Before fitting they are flattened up to this many characters per
@@ -431,4 +435,5 @@ def _past_hits(
         signal=signal,
         vector_leg=leg,
     )
-    return ranking.hits if ranking is not None else []
+    hits = ranking.hits if ranking is not None else []
+    return [hit for hit in hits if hit.score >= CONTEXT_MIN_SCORE]

@@ -176,12 +176,10 @@ def emit(
     *,
     table: Callable[[Any, int], list[str]] | None = None,
 ) -> None:
-    """Print ``data`` as JSON (default) or, with ``--format table``, for people: ``table``
-    (a command's own layout) or the generic one, fitted to the terminal width."""
+    """Print ``data`` as JSON, or with ``--format table`` by ``table`` (or the generic one)."""
     data = tables.jsonable(data)
     if state.output == "table":
-        width = tables.terminal_width()
-        lines = table(data, width) if table is not None else tables.table(data, width)
+        lines = (table or tables.table)(data, tables.terminal_width())
         click.echo("\n".join(lines) if lines else "(none)")
     else:
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
@@ -255,9 +253,10 @@ def stats(state: CliState) -> None:
               help="Only this kind of hit (repeatable).")  # fmt: skip
 @click.option("--since", help="Only hits at or after this ISO date/time.")
 @click.option("--until", help="Only hits before this ISO date/time.")
+@click.option("--min-score", type=float, help="Leave out hits scoring below this (no cut).")
 @pass_state
 def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: str | None,
-           until: str | None) -> None:  # fmt: skip
+           until: str | None, min_score: float | None) -> None:  # fmt: skip
     """Search memory by keyword and meaning.
 
     \b
@@ -265,7 +264,8 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
       elastimem recall "what is my dog called?" -k 3 --kind chunk
     """
     with state.search_store() as mem:
-        hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until)
+        hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until,
+                          min_score=min_score)  # fmt: skip
         emit(state, hits, table=tables.hits_table)
 
 
@@ -776,8 +776,7 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
         hits = mem.recall(question, k=2)
         for rank, hit in enumerate(hits, start=1):
             prefix = f"  {rank}. [{hit.date}] {hit.kind:<5} {hit.score:.2f}  "
-            text = " ".join(hit.text.split())
-            say(prefix + tables.clip(text, max(30, columns - len(prefix) - 1)))
+            say(tables.wrap(prefix, " ".join(hit.text.split()), columns))
         if not hits:
             say("  (no hits)")
 
@@ -857,11 +856,13 @@ def _plus_minutes(at: str, minutes: int) -> str:
 
 from .cli_graph import graph_command  # noqa: E402 - below what it is built from
 from .cli_keys import keys_group  # noqa: E402
+from .cli_ops import ops_commands  # noqa: E402 - below what it is built from
 from .cli_ui import ui_command  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
 main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
+main.commands.update(ops_commands(pass_state))  # backup, restore, verify
 main.add_command(ui_command(pass_state, _llm_options, _make_llm))
 main.add_command(keys_group)
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 import unicodedata
 from collections.abc import Callable
 from typing import Any
@@ -318,6 +319,19 @@ def clip(text: str, limit: int) -> str:
     if not text[len(cut)].isspace() and space >= len(cut) // 2:
         cut = cut[:space]  # not in the middle of a word
     return cut.rstrip(" ,;:") + "…"
+
+
+def wrap(prefix: str, text: str, columns: int) -> str:
+    """``prefix`` then ``text`` folded at word boundaries to ``columns`` (at least 60), later
+    lines indented under the text: the demo shows its answers whole, not cut (issue 26)."""
+    width = max(60, columns - 1)
+    return textwrap.fill(
+        text,
+        width,
+        initial_indent=prefix,
+        subsequent_indent=" " * len(prefix),
+        break_on_hyphens=False,
+    )
 
 
 def progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:

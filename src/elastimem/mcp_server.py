@@ -164,8 +164,12 @@ def build_server(mem: Any) -> Any:
                 "and/or 'fact'. Default: both."
             ),
         ] = None,
+        min_score: Annotated[
+            float | None,
+            Field(description="Leave out hits scoring below this (default: no cut)."),
+        ] = None,
     ) -> list[dict[str, Any]]:
-        hits = call(mem.recall, query, k, kinds=kinds)
+        hits = call(mem.recall, query, k, kinds=kinds, min_score=min_score)
         return [dataclasses.asdict(hit) for hit in hits]
 
     @server.tool(

@@ -1,11 +1,10 @@
 """``Elastimem``: the facade the host talks to (SPEC §1).
 
 It is deliberately thin. It checks arguments (``arguments``), holds the parts of one open
-instance and delegates the work: ``session`` (the open session, turns and the rolling
-digest), ``lifecycle`` (open recovery, the instances open in this process, the close
-protocol), ``memory`` (facts, lessons), ``retrieval`` (the one query path), ``assembly``
-(context plans), ``portability`` (erase, export, import) and ``jobs`` (reindex). Nothing
-imports this module back.
+instance and delegates the work: ``session`` (the open session, turns and the rolling digest),
+``lifecycle`` (open recovery, the instances open in this process, the close protocol),
+``memory`` (facts, lessons), ``retrieval`` (the one query path), ``assembly`` (context plans),
+``portability`` (erase, export, import), ``jobs`` (reindex). Nothing imports this back.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import arguments as args
-from . import lifecycle, storage
+from . import lifecycle, observe, storage
 from .arguments import VALID_KINDS
 from .arguments import failure as _failure
 from .arguments import int_arg as _int_arg
@@ -56,6 +55,7 @@ logger = logging.getLogger("elastimem")
 Tokenizer = Callable[[str], int]
 
 
+@observe.instrument
 class Elastimem(Browsing):
     """Long-term memory for one user: one SQLite file, or the user's rows on a PostgreSQL server."""
 
@@ -389,17 +389,17 @@ class Elastimem(Browsing):
         kinds: Iterable[str] | None = None,
         since: object = None,
         until: object = None,
+        min_score: float | None = None,
     ) -> list[Hit]:
-        """Hybrid search over chunks and facts (§5.6); never raises for any query."""
+        """Hybrid search over chunks and facts (§5.6); never raises; ``min_score`` cuts hits."""
         self._check_open()
-        k = _int_arg(k, "k")
-        wanted = _parse_kinds(kinds)
+        k, floor, wanted = _int_arg(k, "k"), args.min_score_arg(min_score), _parse_kinds(kinds)
         filters = retrieval.Filters(None, _parse_at(since, "since"), _parse_at(until, "until"))
         if k <= 0:
             return []
         try:
             ranking, _signal = self._rank(query, k, wanted, filters)
-            return ranking.hits if ranking else []
+            return [hit for hit in (ranking.hits if ranking else []) if hit.score >= floor]
         except ClosedError:
             raise
         except Exception as exc:

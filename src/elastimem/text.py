@@ -147,3 +147,24 @@ def one_line(text: str, limit: int) -> str:
     """Stored text as one inert line: no controls, whitespace collapsed, ≤ ``limit`` + "…"."""
     flat = collapse_whitespace(strip_controls(text))
     return flat if len(flat) <= limit else flat[:limit] + "…"
+
+
+# Words of small talk: an exchange made only of these (and stopwords, emoji, punctuation)
+# says nothing to remember ("ok", "thanks!", "haha", "Hi! How can I help?").
+FILLER_WORDS = frozenset(
+    """
+    ok okay okey k kk thanks thank thx ty cheers haha hahaha ha lol lmao rofl hehe yes yeah
+    yep yup ya nope cool great nice good perfect awesome sure right see got noted understood
+    welcome anytime hi hey hello yo bye fr true indeed alright wow oh ah hmm um uh kind
+    anything else mind help glad problem fine sounds course real re ll ve
+    """.split()
+)
+
+
+def is_filler(text: str) -> bool:
+    """Whether ``text`` (a chunk: "User: ...\nAssistant: ...") is small talk only: no word
+    outside STOPWORDS and FILLER_WORDS."""
+    return all(
+        word in STOPWORDS or word in FILLER_WORDS or word in CONTRACTION_PIECES
+        for word in word_tokens(text)
+    )

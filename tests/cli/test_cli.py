@@ -50,6 +50,9 @@ SPEC_COMMANDS = {
     "context",
     "ui",
     "keys",
+    "backup",  # the operator's commands (cli_ops)
+    "restore",
+    "verify",
 }
 
 
@@ -439,9 +442,15 @@ def test_demo_output(tmp_path: Path) -> None:
 @pytest.mark.embedder
 def test_demo_with_the_builtin_embedder() -> None:
     pytest.importorskip("sentence_transformers")
-    done = run("demo", timeout=600)
+    done = run("demo", timeout=600, env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr.decode()
-    assert "(9 with vectors)" in done.stdout.decode()
+    out = done.stdout.decode()
+    assert "(9 with vectors)" in out
+    # The right answer first, whole at 80 columns (issue 26: "…a border collie named…").
+    dog = out.split("recall('What is my dog called?')")[1].split("  2. ")[0]
+    assert "Biscuit" in dog and "…" not in dog
+    hike = out.split("recall('Where did I go hiking?')")[1].split("  2. ")[0]
+    assert "Multnomah" in hike
 
 
 # -- reindex -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import elastimem
+from elastimem.assembly import CONTEXT_MIN_SCORE
 from elastimem.retrieval import query as query_path
 from tests.conftest import HashEmbedder
 
@@ -51,7 +52,9 @@ def test_recall_explain_and_build_context_agree_on_one_ranking(
     section = store.build_context(question).sections["relevant_past_moments"]
     # Each line is "- [date] text" for one hit, in the ranking's order.
     shown = [line.split("] ", 1)[1] for line in section.split("\n")]
-    assert shown == [" ".join(h.text.split()) for h in hits]
+    # ... those scoring at least CONTEXT_MIN_SCORE (issue 26)
+    kept = [h for h in hits if h.score >= CONTEXT_MIN_SCORE]
+    assert kept and shown == [" ".join(h.text.split()) for h in kept]
 
 
 def test_every_query_goes_through_rank_query(

@@ -102,6 +102,8 @@ async def _session_calls(db: str, errlog: Any) -> dict[str, Any]:
                 payload(await call("recall", {"query": "green", "kinds": ["fact"], "k": k}))
                 for k in (500, 0, -1)
             ]
+            cut = {"query": "green", "kinds": ["fact"], "min_score": 100.0}
+            out["recall_cut"] = payload(await call("recall", cut))
             out["timeline"] = payload(await call("timeline", {"query": "favorite color"}))
             out["add_lesson"] = payload(
                 await call("add_lesson", {"text": "Ask before booking", "tag": "travel"})
@@ -167,6 +169,7 @@ def test_stdio_session_with_the_sdk_client(tmp_path: Path) -> None:
     big, zero, negative = out["recall_k"]
     assert (big if isinstance(big, list) else [big])[0]["text"] == "favorite_color: green"
     assert zero == [] and negative == []
+    assert out["recall_cut"] == []  # min_score (issue 26)
     timeline = out["timeline"]
     assert timeline["key"] == "favorite_color" and timeline["resolved_by"] == "exact"
     assert [v["value"] for v in timeline["versions"]] == ["teal", "green"]

@@ -205,6 +205,8 @@ def test_rest_flow_end_to_end(server: Server) -> None:
     assert [h["kind"] for h in _ok(request(server, "POST", "/v1/recall", u, only))["hits"]] == [
         "fact"
     ]
+    cut = {"query": "Porto", "min_score": 100}  # issue 26
+    assert _ok(request(server, "POST", "/v1/recall", u, cut))["hits"] == []
 
     assert _ok(request(server, "PUT", "/v1/facts/favorite_color", u, {"value": "teal"}))["changed"]
     request(server, "PUT", "/v1/facts/favorite_color", u, {"value": "green"})
@@ -359,6 +361,7 @@ BAD_INPUTS = [
     ("POST", "/v1/recall", b'{"query": "x", "kinds": "chunk"}', 400, "kinds must be a list"),
     ("POST", "/v1/recall", b'{"query": "x", "since": "yesterday"}', 400, "ISO-8601"),
     ("POST", "/v1/recall", b'{"query": "x", "limit": 3}', 400, "unknown field 'limit'"),
+    ("POST", "/v1/recall", b'{"query": "x", "min_score": "high"}', 400, "min_score must be"),
     ("POST", "/v1/recall", b'{"query": NaN}', 400, "not valid JSON"),
     ("POST", "/v1/recall", b'{"query": "\xff\xfe"}', 400, "not valid UTF-8"),
     ("POST", "/v1/recall", b"{}", 400, "query is required"),

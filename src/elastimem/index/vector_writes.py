@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..storage.tx import Tx
+from ..text import is_filler
 
 # The embed job embeds a chunk together with the chunk before it in the same session
 # (current text first, so a model that truncates keeps the chunk itself). Chat turns are
@@ -29,8 +30,8 @@ def passage_texts(conn: Tx, rows: Sequence[tuple[Any, ...]]) -> list[str]:
     """The text the embed job embeds for each ``(id, text)`` row (see PASSAGE_CONTEXT_CHARS).
 
     The chunk's own text, then the text of the chunk before it in the same session, cut
-    to ``PASSAGE_CONTEXT_CHARS``. Only earlier chunks are used, so a vector never depends
-    on a turn recorded after it.
+    to ``PASSAGE_CONTEXT_CHARS``; small talk (``text.is_filler``) alone. Only earlier
+    chunks are used, so a vector never depends on a turn recorded after it.
     """
     if not rows or PASSAGE_CONTEXT_CHARS <= 0:
         return [str(r[1]) for r in rows]
@@ -38,7 +39,9 @@ def passage_texts(conn: Tx, rows: Sequence[tuple[Any, ...]]) -> list[str]:
     out = []
     for row in rows:
         text = str(row[1])
-        context = previous.get(int(row[0]), "")[:PASSAGE_CONTEXT_CHARS]
+        # Small talk ("thanks!") gets no context: embedded with the turn before it, it
+        # scored as that turn did and came second for its questions (issue 26).
+        context = "" if is_filler(text) else previous.get(int(row[0]), "")[:PASSAGE_CONTEXT_CHARS]
         out.append(f"{text}\n{context}" if context else text)
     return out
 

@@ -162,14 +162,19 @@ def mentions_time(text: str) -> bool:
 
 
 def add_feedback(
-    fused: dict[int, float], weight_sum: float, found: list[tuple[int, float]] | None
+    fused: dict[int, float],
+    weight_sum: float,
+    found: list[tuple[int, float]] | None,
+    weight: float = FEEDBACK_WEIGHT,
 ) -> dict[int, float]:
     """Pseudo-relevance feedback (see FEEDBACK_WEIGHT): fold ``FEEDBACK_WEIGHT × s_fb``
     into every candidate's fused relevance, ``s_fb`` its cosine with the mean vector of the
     best ``FEEDBACK_DOCS`` candidates, min-max over the candidates (floored at the lowest,
     as normalise_with_floor with the whole pool). The vectors come from the vector leg
     (``VectorHits``); a candidate without one (not embedded yet) scores 0, and without the
-    best candidate's the term is left out. Returns what it changed, by candidate."""
+    best candidate's the term is left out. Returns what it changed, by candidate.
+    ``weight`` is FEEDBACK_WEIGHT shrunk on a small pool (``scale.scaled_weights``): the
+    best two of a dozen candidates are as often noise as evidence."""
     if not isinstance(found, VectorHits):
         return {}
     ids = np.fromiter(fused, dtype=np.int64, count=len(fused))
@@ -193,8 +198,8 @@ def add_feedback(
         if not every:
             s_fb[~held] = 0.0
     new = relevance * weight_sum
-    new += FEEDBACK_WEIGHT * s_fb
-    new /= weight_sum + FEEDBACK_WEIGHT
+    new += weight * s_fb
+    new /= weight_sum + weight
     keys = ids.tolist()
     fused.update(zip(keys, new.tolist()))
     return dict(zip(keys, (new - relevance).tolist()))

@@ -47,7 +47,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -55,6 +55,7 @@ from ..clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from ..index.keyword import KeywordIndex, KeywordIndexes
 from ..memory import semantic
 from ..storage.tx import Tx
+from ..text import is_filler
 from ..values import (
     ChunkScoreBreakdown,
     ExplainResult,
@@ -68,6 +69,16 @@ from .boosts import FEEDBACK_DOCS as FEEDBACK_DOCS
 from .boosts import FEEDBACK_WEIGHT as FEEDBACK_WEIGHT
 from .boosts import TIME_MENTION_BONUS, WHEN_QUESTION
 from .boosts import mentions_time as mentions_time
+from .scale import FACT_COSINE_FLOOR as FACT_COSINE_FLOOR
+from .scale import FACT_COSINE_FULL as FACT_COSINE_FULL
+from .scale import (
+    gate_keyword,
+    normalise_fact_cosines,
+    normalise_vector_scores,
+    normalise_with_floor,
+    pool_share,
+    unride,
+)
 
 __all__ = [
     "ChunkScoreBreakdown",
@@ -188,17 +199,6 @@ DEFAULT_WEIGHTS = Weights()
 # back to within 0.006 of the Biscuit one in the demo.
 NEIGHBOUR_GIVER_MIN_COSINE = 0.35
 NEIGHBOUR_MIN_COSINE = 0.15
-
-# The facts' vector leg maps a cosine c to s_vec = clamp((c − FLOOR) / (FULL − FLOOR), 0, 1).
-# Chosen 2026-12-01 with the built-in all-MiniLM-L6-v2 on tests/data/fact_queries.json
-# (24 facts embedded as fact_vectors.fact_text; 27 questions about them, 36 off-topic
-# questions): every question's right fact scored ≥ 0.343 and every off-topic question's
-# best fact ≤ 0.317, except one sharing the fact's topic ("is coffee bad for you?" →
-# coffee order, 0.42), so the floor sits between them and off-topic questions bring no
-# fact; half the right facts score ≥ 0.51, and a right fact at 0.6 is as sure a match as
-# the model gives for a paraphrase, hence FULL.
-FACT_COSINE_FLOOR = 0.33
-FACT_COSINE_FULL = 0.60
 
 
 @dataclass(frozen=True)
@@ -333,26 +333,6 @@ def _normalise_bm25(rows: list[tuple[int, float]]) -> dict[int, float]:
     return {cid: max(0.0, score / best) for cid, score in rows}
 
 
-def normalise_with_floor(rows: list[tuple[int, float]], pool: int) -> dict[int, float]:
-    """Min-max over a leg's top ``pool`` scores, floored at the pool's last one (or 0).
-
-    ``rows`` come best first. With a full pool the weakest candidate scores 0, so a leg's
-    scale reflects how far a candidate stands above the ones that barely made the cut
-    rather than its ratio to the best; with fewer rows it is ``score / best``. All 1.0
-    when the best equals the floor; the leg is empty when the best is not positive.
-    """
-    if not rows:
-        return {}
-    best = max(score for _, score in rows)
-    if best <= 0:
-        return {}
-    low = rows[pool - 1][1] if len(rows) >= pool else 0.0
-    if best <= low:
-        return {cid: 1.0 for cid, _ in rows}
-    span = best - low
-    return {cid: min(1.0, max(0.0, (score - low) / span)) for cid, score in rows}
-
-
 def _normalise_counts(rows: list[tuple[int, float]]) -> dict[int, float]:
     if not rows:
         return {}
@@ -471,31 +451,24 @@ def _live_fact_top(
         want *= 4
 
 
-def normalise_vector_scores(rows: list[tuple[int, float]], pool: int) -> dict[int, float]:
-    """§5.6 vector leg: min-max over the top ``pool`` cosines, floored at the last (or 0)."""
-    return normalise_with_floor(rows, pool)
-
-
-def normalise_fact_cosines(rows: list[tuple[int, float]]) -> dict[int, float]:
-    """The facts' vector leg on an absolute scale (see FACT_COSINE_FLOOR); facts at or
-    below the floor are left out."""
-    span = FACT_COSINE_FULL - FACT_COSINE_FLOOR
-    return {
-        fid: min(1.0, (cosine - FACT_COSINE_FLOOR) / span)
-        for fid, cosine in rows
-        if cosine > FACT_COSINE_FLOOR
-    }
-
-
 def fuse_fact_legs(
-    keyword: dict[int, float], found: list[tuple[int, float]] | None, weights: Weights
+    keyword: dict[int, float],
+    found: list[tuple[int, float]] | None,
+    weights: Weights,
+    share: float = 1.0,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """(relevance, s_vec) per fact: ``(W_FTS·s_fts + W_VEC·s_vec) / Σ W`` of the legs that
-    ran, as for chunks (the vector leg ran when ``found`` is not None)."""
+    ran, as for chunks (the vector leg ran when ``found`` is not None). On a small store
+    (``share`` < 1, scale.py) the keyword leg weighs and is gated as the chunks' is, so a
+    fact and a chunk of one query are on one scale."""
     vector = normalise_fact_cosines(found) if found is not None else {}
-    weight_sum = weights.fts + (weights.vec if found is not None else 0.0)
+    fts_weight = weights.fts
+    if found is not None and share < 1.0:
+        fts_weight *= share
+        keyword = {f: s * (share + (1.0 - share) * vector.get(f, 0.0)) for f, s in keyword.items()}
+    weight_sum = fts_weight + (weights.vec if found is not None else 0.0)
     relevance = {
-        fid: (weights.fts * keyword.get(fid, 0.0) + weights.vec * vector.get(fid, 0.0)) / weight_sum
+        fid: (fts_weight * keyword.get(fid, 0.0) + weights.vec * vector.get(fid, 0.0)) / weight_sum
         for fid in set(keyword) | set(vector)
     }
     return relevance, vector
@@ -533,6 +506,7 @@ def rank(
     candidates: list[_Candidate] = []
     chunks: list[_Candidate] = []
     facts: list[_Candidate] = []
+    share = 1.0  # a small store's chunks put the facts on their scale too (scale.py)
     if "chunk" in kinds:
         chunk_index = keyword_index.chunks if keyword_index is not None else None
         legs = _ChunkLegs(
@@ -543,7 +517,7 @@ def rank(
             bool(WHEN_QUESTION.search(question)),
             scope,
         )
-        chunks = _rank_chunks(conn, terms, filters, legs, chunk_half_life, weights, now, k)
+        chunks, share = _rank_chunks(conn, terms, filters, legs, chunk_half_life, weights, now, k)
         _fill_chunk_rows(conn, chunks)
         candidates.extend(chunks)
     if "fact" in kinds:
@@ -555,10 +529,11 @@ def rank(
             fts_enabled,
             fact_half_life,
             graph,
-            weights,
+            scaled_weights(weights, share),
             now,
             fact_index,
             fact_vector_leg,
+            share,
         )
         facts.sort(key=lambda c: (-c.total, -c.id))
         candidates.extend(facts)
@@ -598,8 +573,9 @@ def _rank_chunks(
     weights: Weights,
     now: datetime,
     k: int,
-) -> list[_Candidate]:
-    """The best ``k`` chunk candidates, best first (only they can be hits or explained)."""
+) -> tuple[list[_Candidate], float]:
+    """The best ``k`` chunk candidates, best first (only they can be hits or explained),
+    and how full the vector leg's pool was (``scale.pool_share``; 1.0 without the leg)."""
     graph = legs.graph
     finish = _start_vector_leg(conn, filters, legs.vector_leg)
     try:
@@ -610,14 +586,28 @@ def _rank_chunks(
     finally:  # a started leg is always finished: it holds the vector index until then
         found = _finish_vector_leg(conn, finish)
     vector: dict[int, float] = {}
-    weight_sum = weights.fts
+    fts_weight, weight_sum, share = weights.fts, weights.fts, 1.0
     if found is not None:  # None: no leg, or no query vector after all
-        weight_sum += weights.vec
-        vector = normalise_vector_scores(found, VECTOR_CANDIDATES)
+        # A small store's keyword leg is BM25 over a few documents: one shared word makes a
+        # match (scale.py); it weighs by how full the vector leg's pool is. An empty pool
+        # (the leg failed, or nothing is embedded yet) leaves the keywords as they were.
+        share = pool_share(len(found), VECTOR_CANDIDATES) if found else 1.0
+        fts_weight = weights.fts * share
+        weight_sum = fts_weight + weights.vec
+        own = (
+            unride(found, conn.transcript.chunk_rows([c for c, _ in found])) if share < 1 else found
+        )
+        vector = normalise_vector_scores(own, VECTOR_CANDIDATES)
+        keyword = gate_keyword(keyword, own, share)
+        weights = scaled_weights(weights, share)
         # chunks said within a time the question names, which no leg found (span_pool.py)
         spanned = span_pool.span_candidates(conn, filters, legs.vector_leg, legs.scope, found)
         vector.update((c, s) for c, s in spanned.items() if c not in vector and c not in keyword)
     ids = set(keyword) | set(vector)
+    if share < 1.0 and ids:
+        # Small talk ("ok", "thanks!") answers no question (text.is_filler). Read only on a
+        # small pool, whose candidates are few; on a large store it stays below the cut.
+        ids -= {cid for cid, text in conn.transcript.chunk_texts(sorted(ids)) if is_filler(text)}
     graph_scores: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
         try:
@@ -629,18 +619,18 @@ def _rank_chunks(
             logger.warning("graph leg failed; ranking without it: %s", exc)
             graph_scores = {}
     if not ids:
-        return []
+        return [], share
     fused: dict[int, float] = {}
     kept: list[tuple[int, int, str, float]] = []  # (id, session, created_at, importance)
     for cid, session_id, created_at, importance in _fetch_chunks(conn, sorted(ids)):
         relevance = (
-            weights.fts * keyword.get(cid, 0.0) + weights.vec * vector.get(cid, 0.0)
+            fts_weight * keyword.get(cid, 0.0) + weights.vec * vector.get(cid, 0.0)
         ) / weight_sum
         if relevance <= 0 and graph_scores.get(cid, (0.0,))[0] <= 0:
             continue
         fused[cid] = relevance
         kept.append((cid, session_id, created_at, importance))
-    fed = boosts.add_feedback(fused, weight_sum, found) if fused else {}
+    fed = boosts.add_feedback(fused, weight_sum, found, FEEDBACK_WEIGHT * share) if fused else {}
     timed = boosts.add_time_bonus(conn, fused) if legs.asks_when and fused else set()
     dated = temporal.add_date_bonus(fused, kept, legs.scope) if legs.scope and fused else {}
     # The neighbour term: who lends and who may receive (see NEIGHBOUR_MIN_COSINE).
@@ -686,7 +676,21 @@ def _rank_chunks(
         cand.relevance += cand.neighbour
         _finish_scores(cand, weights, half_life, now)
         out.append(cand)
-    return out
+    return out, share
+
+
+def scaled_weights(weights: Weights, share: float) -> Weights:
+    """The nudges (importance, recency) and the neighbour's share, sized for min-max scores,
+    shrunk with a small pool's ``share``: on its absolute scale they would outweigh the
+    evidence between two candidates (issue 26)."""
+    if share >= 1.0:
+        return weights
+    return replace(
+        weights,
+        imp=weights.imp * share,
+        rec=weights.rec * share,
+        neighbour=weights.neighbour * share,
+    )
 
 
 def _start_vector_leg(conn: Tx, filters: Filters, leg: VectorLeg | None) -> VectorFinish | None:
@@ -773,10 +777,11 @@ def _rank_facts(
     now: datetime,
     index: KeywordIndex | None = None,
     vector_leg: FactVectorLeg | None = None,
+    share: float = 1.0,
 ) -> list[_Candidate]:
     keyword = fact_keyword_leg(conn, terms, filters, fts_enabled, index=index)
     found = run_fact_vector_leg(conn, filters, vector_leg)
-    matched, vector = fuse_fact_legs(keyword, found, weights)
+    matched, vector = fuse_fact_legs(keyword, found, weights, share)
     lifted: dict[int, tuple[float, tuple[str, ...]]] = {}
     if graph is not None:
         # Facts naming a reached node in their key or value: g for the keyword candidates,

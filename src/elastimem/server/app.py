@@ -41,7 +41,9 @@ from . import rest
 from .keys import KeyRing, Principal
 from .limits import Rate, RateLimiter, retry_after
 from .mcp_http import NEEDS_SDK, PRINCIPAL_SCOPE_KEY, USER_SCOPE_KEY, McpEndpoint
+from .ops_cli import OpsOptions
 from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
+from .telemetry import Telemetry
 
 logger = logging.getLogger("elastimem")
 
@@ -63,6 +65,7 @@ class ServiceOptions:
     store_options: dict[str, Any] = field(default_factory=dict)
     rate: Rate | None = None  # per key; None: no limit
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    ops: OpsOptions = field(default_factory=OpsOptions)  # metrics, traces, backups (telemetry)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -339,6 +342,9 @@ def build_app(options: ServiceOptions) -> Starlette:
         _Authenticate, keys=options.keys, limiter=limiter, read_timeout=options.read_timeout,
         max_body=options.max_body,
     )  # fmt: skip
+    stores = lambda: state["pool"].stores() if "pool" in state else []  # noqa: E731
+    app.add_middleware(Telemetry, options=options.ops, target=options.target, stores=stores,
+                       routes=routes)  # fmt: skip
     return app
 
 

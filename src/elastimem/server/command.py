@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from ..errors import ElastimemError
+from .ops_cli import OpsOptions, check_metrics_key, ops_options
 
 MISSING_EXTRA = (
     "elastimem serve needs Starlette and uvicorn; install them with: "
@@ -60,11 +61,12 @@ def serve_command(
                   "(headers: the connection is closed; body: 408).")  # fmt: skip
     @llm_options
     @click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
+    @ops_options
     @pass_state
     def serve(state: Any, host: str, port: int, keys_path: str, max_open: int, max_body: int,
               drain_timeout: int, rate_limit: str | None, rate_burst: int | None,
               read_timeout: float, llm_url: str | None, llm_model: str | None,
-              llm_key: str | None, no_embedder: bool) -> None:  # fmt: skip
+              llm_key: str | None, no_embedder: bool, ops: OpsOptions) -> None:  # fmt: skip
         """Serve per-user memory over HTTP: REST under /v1 and MCP at /mcp.
 
         --db names a folder, where each user's store is <folder>/<user_id>.db, or a
@@ -106,12 +108,13 @@ def serve_command(
         try:
             keys = KeyRing(keys_path)
             rate = Rate.parse(rate_limit, rate_burst) if rate_limit is not None else None
+            check_metrics_key(ops, keys)
             # "~" expanded, as the stores see it; a server is reached now, its password hidden.
             stores = prepare_target(target)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         _configure_logging(state.verbose)
-        options = ServiceOptions(target, keys, max_open, max_body, host, store_options)
+        options = ServiceOptions(target, keys, max_open, max_body, host, store_options, ops=ops)
         options.rate, options.read_timeout = rate, read_timeout
         app = build_app(options)
         config = uvicorn.Config(

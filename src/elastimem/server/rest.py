@@ -244,7 +244,7 @@ async def _record_turn(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]
 async def _recall(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
     hits = await mem.recall(
         a["query"], a.get("k", 5), kinds=a.get("kinds"), since=a.get("since"),
-        until=a.get("until"),
+        until=a.get("until"), min_score=a.get("min_score"),
     )  # fmt: skip
     return {"hits": [_asdict(hit) for hit in hits]}
 
@@ -384,6 +384,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
                           "description": "Only these kinds of hit (default both)."}),
             Arg("since", TIME),
             Arg("until", TIME),
+            Arg("min_score", {"type": "number", "minimum": -1e9, "maximum": 1e9,
+                              "description": "Leave out hits scoring below this (default: "
+                              "no cut)."}),
         ),
         response=_obj(hits={"type": "array", "items": _HIT}),
     ),
