@@ -855,6 +855,7 @@ def _plus_minutes(at: str, minutes: int) -> str:
 
 
 from .cli_graph import graph_command  # noqa: E402 - below what it is built from
+from .cli_keys import keys_group  # noqa: E402
 from .cli_ops import ops_commands  # noqa: E402 - below what it is built from
 from .cli_ui import ui_command  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
@@ -863,6 +864,7 @@ main.add_command(serve_command(pass_state, _llm_options, _make_llm))
 main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
 main.commands.update(ops_commands(pass_state))  # backup, restore, verify
 main.add_command(ui_command(pass_state, _llm_options, _make_llm))
+main.add_command(keys_group)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -49,6 +49,7 @@ SPEC_COMMANDS = {
     "lessons",
     "context",
     "ui",
+    "keys",
     "backup",  # the operator's commands (cli_ops)
     "restore",
     "verify",

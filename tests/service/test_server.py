@@ -376,6 +376,11 @@ BAD_INPUTS = [
     ("GET", "/v1/sessions?n=abc", None, 400, "n must be an integer"),
     ("GET", "/v1/facts?x=1", None, 400, "unknown query parameter"),
     ("POST", "/v1/sessions/abc/end", None, 404, "not this user's open session"),
+    # Found by the schema fuzzer (test_fuzz): a 500, an empty body, URL-sized values.
+    ("POST", "/v1/sessions/%C2%B37/end", None, 404, "not this user's open session"),
+    ("POST", "/v1/recall", b"\x0b\x0b", 400, "not valid JSON"),
+    ("GET", "/v1/facts/" + "k" * 1001 + "/history", None, 400, "longer than 1000"),
+    ("GET", "/v1/timeline?q=" + "k" * 1001, None, 400, "longer than 1000"),
     ("POST", "/v1/erase", b"{}", 400, "exactly one target"),
     ("POST", "/v1/erase", b'{"key": "a", "session_id": 1}', 400, "exactly one target"),
     ("POST", "/v1/lessons", b'{"text": ""}', 400, "text must not be empty"),
