@@ -64,6 +64,7 @@ class Elastimem:
         *,
         create: bool = True,
         user_id: str | None = None,
+        key: str | bytes | None = None,
         llm: Callable[..., str] | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
         query_embedder: Callable[[str], Any] | None = None,
@@ -93,7 +94,7 @@ class Elastimem:
             builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, builtin)
 
-        self._db = storage.open_database(path, create=create, user_id=user_id)
+        self._db = storage.open_database(path, create=create, user_id=user_id, key=key)
         try:
             self._user_id = lifecycle.claim_user(self._db, user_id)
         except BaseException:

@@ -13,9 +13,13 @@ import logging
 import os
 import sqlite3
 import threading
+from typing import TYPE_CHECKING
 
 from ...errors import StoreError, StoreLockedError
 from ...text import em_fold
+
+if TYPE_CHECKING:
+    from .cipher import CipherKey
 
 logger = logging.getLogger("elastimem")
 
@@ -46,6 +50,22 @@ _MESSAGE_CODES = (
     ("attempt to write a readonly database", SQLITE_READONLY),
     ("disk i/o error", SQLITE_IOERR),
 )
+
+# The DB-API errors a store connection may raise. SQLCipher's driver (an encrypted store,
+# ``cipher.driver``) has its own classes, not subclasses of ``sqlite3.Error``: they are added
+# here when it is first loaded, before any of its connections exist. Catch ``ERRORS`` through
+# this module (``except connection.ERRORS``), looked up when the except clause runs.
+ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
+INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+
+
+def add_driver_errors(error: type[Exception], integrity: type[Exception]) -> None:
+    """Let every ``except connection.ERRORS`` catch another driver's errors too."""
+    global ERRORS, INTEGRITY_ERRORS
+    if error not in ERRORS:
+        ERRORS = (*ERRORS, error)
+        INTEGRITY_ERRORS = (*INTEGRITY_ERRORS, integrity)
+
 
 _path_locks: dict[str, threading.RLock] = {}
 _path_locks_guard = threading.Lock()
@@ -103,7 +123,7 @@ def error_code(exc: BaseException) -> int | None:
     return None
 
 
-def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> StoreError:
+def translate_error(exc: BaseException, path: str, action: str = "access") -> StoreError:
     """A ``StoreError`` (or ``StoreLockedError``) for a raw SQLite error, with a fix."""
     code = error_code(exc)
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
@@ -162,20 +182,33 @@ def configure(
     conn.execute("PRAGMA synchronous = NORMAL")
 
 
-def raw_connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
-    """A connection without pragmas yet: transactions are ours, any thread may use it."""
-    return sqlite3.connect(
-        target,
-        isolation_level=None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
-        check_same_thread=False,
-        timeout=BUSY_TIMEOUT_MS / 1000.0,
-        uri=uri,
-    )
+def raw_connect(
+    target: str, *, uri: bool = False, key: CipherKey | None = None
+) -> sqlite3.Connection:
+    """A connection without pragmas yet: transactions are ours, any thread may use it.
+    With ``key``, an SQLCipher connection with the key already applied (``cipher``)."""
+    options = {
+        "isolation_level": None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
+        "check_same_thread": False,
+        "timeout": BUSY_TIMEOUT_MS / 1000.0,
+        "uri": uri,
+    }
+    if key is not None:
+        from .cipher import keyed_connect
+
+        return keyed_connect(target, key, **options)
+    return sqlite3.connect(target, **options)  # type: ignore[arg-type]
 
 
-def connect(target: str, *, writer: bool, read_only_uri: str | None = None) -> sqlite3.Connection:
+def connect(
+    target: str,
+    *,
+    writer: bool,
+    read_only_uri: str | None = None,
+    key: CipherKey | None = None,
+) -> sqlite3.Connection:
     """A configured connection to ``target`` (through ``read_only_uri`` when one is given)."""
-    conn = raw_connect(read_only_uri or target, uri=read_only_uri is not None)
+    conn = raw_connect(read_only_uri or target, uri=read_only_uri is not None, key=key)
     try:
         configure(conn, writer=writer, read_only=read_only_uri is not None)
     except BaseException:
@@ -188,7 +221,7 @@ def close_quietly(conn: sqlite3.Connection) -> None:
     """Close ``conn``; a failure to close changes nothing for the caller."""
     try:
         conn.close()
-    except sqlite3.Error:
+    except ERRORS:
         pass
 
 
