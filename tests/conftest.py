@@ -31,6 +31,8 @@ ENV_VARS = (
     "ELASTIMEM_LLM_URL",
     "ELASTIMEM_LLM_MODEL",
     "ELASTIMEM_LLM_API_KEY",
+    "ELASTIMEM_KEY",
+    "ELASTIMEM_KEY_FILE",
 )
 
 
@@ -156,6 +158,11 @@ def store_path(tmp_path: Path) -> Path:
 # ``sqlite_only``.
 
 STORE_BACKENDS = ("sqlite", "postgres")
+# Issue 31: the API test modules (behaviour, not files) also run once on an encrypted SQLite
+# file (SQLCipher, extra ``encrypt``), opened with this passphrase.
+ENCRYPTED_BACKEND = "sqlcipher"
+ENCRYPTED_MODULE_DIRS = ("api",)
+TEST_STORE_KEY = rows.TEST_STORE_KEY
 
 # Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
 # skipping the PostgreSQL half.
@@ -166,6 +173,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "store_backend" in metafunc.fixturenames:
         only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
         backends = STORE_BACKENDS[:1] if only_sqlite else STORE_BACKENDS
+        plain_bytes = metafunc.definition.get_closest_marker("plain_file") is not None
+        if (
+            not only_sqlite
+            and not plain_bytes
+            and metafunc.definition.path.parent.name in ENCRYPTED_MODULE_DIRS
+        ):
+            backends = (*backends, ENCRYPTED_BACKEND)
         metafunc.parametrize("store_backend", backends, scope="function")
 
 
@@ -246,7 +260,8 @@ def make_store(
 ) -> Iterator[Callable[..., elastimem.Elastimem]]:
     """Open stores (no built-in embedder) on the test's backend; all closed afterwards.
 
-    On SQLite ``path`` is the store's file (``store_path`` by default). On PostgreSQL every
+    On SQLite ``path`` is the store's file (``store_path`` by default); on "sqlcipher" it is
+    an encrypted file opened with ``TEST_STORE_KEY``. On PostgreSQL every
     distinct ``path`` of the test is a new user of the session's database, and the same
     ``path`` opens that user again (``":memory:"`` is a new user each time).
     """
@@ -257,6 +272,10 @@ def make_store(
     def factory(path: str | Path | None = None, **kw: Any) -> elastimem.Elastimem:
         kw.setdefault("disable_builtin_embedder", True)
         where = str(path or store_path)
+        if store_backend == ENCRYPTED_BACKEND:
+            kw.setdefault("key", TEST_STORE_KEY)
+            if where != ":memory:":
+                rows.ENCRYPTED_PATHS.add(os.path.realpath(where))
         if url is None:
             mem = elastimem.Elastimem(where, **kw)
         else:

@@ -78,12 +78,25 @@ _wal_warned = False
 # holds the last connection, checkpoint and delete the -wal/-shm under this one (stale reads,
 # "database disk image is malformed"). So nothing opens such a file outside SQLite.
 _open_files: dict[str, int] = {}
+# Those of them opened with a key. An encrypted store's connections are SQLCipher's, another
+# copy of SQLite with its own lock bookkeeping: a plain sqlite3 connection opened and closed
+# on the same file would drop them too, so an open without the key (or with a key, of a plain
+# file) is refused by this record, without any connection (``opening.check_file``).
+_open_encrypted: set[str] = set()
 
 
-def note_open(resolved: str) -> None:
+def note_open(resolved: str, *, encrypted: bool = False) -> None:
     """Count one more open store of the file at ``resolved`` in this process."""
     with _path_locks_guard:
         _open_files[resolved] = _open_files.get(resolved, 0) + 1
+        if encrypted:
+            _open_encrypted.add(resolved)
+
+
+def open_encrypted(resolved: str) -> bool:
+    """True while this process has the store at ``resolved`` open with a key."""
+    with _path_locks_guard:
+        return resolved in _open_encrypted
 
 
 def note_closed(resolved: str) -> None:
@@ -94,6 +107,7 @@ def note_closed(resolved: str) -> None:
             _open_files[resolved] = left
         else:
             _open_files.pop(resolved, None)
+            _open_encrypted.discard(resolved)
 
 
 def open_here(resolved: str) -> bool:

@@ -96,7 +96,7 @@ class Database:
         # The file this store opened, as (device, inode): see _check_still_the_file.
         self._identity = None if self.is_memory else file_identity(path)
         if not self.is_memory:
-            connection.note_open(path)
+            connection.note_open(path, encrypted=cipher is not None)
 
     # -- transactions ------------------------------------------------------------------------
 

@@ -180,7 +180,12 @@ def check_file(resolved: str, *, create: bool, key: CipherKey | None = None) -> 
             raise StoreError(_no_store_yet(resolved))
         return
     if open_here(resolved):
-        return  # an open store (and reading it here would drop this process's locks on it)
+        # An open store (and reading it here would drop this process's locks on it).
+        if connection.open_encrypted(resolved) and key is None:
+            raise _needs_key(resolved)
+        if not connection.open_encrypted(resolved) and key is not None:
+            raise _not_encrypted(resolved)
+        return
     try:
         with open(resolved, "rb") as handle:
             header = handle.read(len(SQLITE_HEADER))
