@@ -485,8 +485,9 @@ def sessions(state: CliState, n: int) -> None:
 
 @main.command()
 @click.argument("file", metavar="FILE")
+@click.option("--plain", is_flag=True, help="Write an encrypted store's export unencrypted.")
 @pass_state
-def export(state: CliState, file: str) -> None:
+def export(state: CliState, file: str, plain: bool) -> None:
     """Write the whole store as JSON Lines to FILE (`-` for stdout).
 
     The file holds every session, message, chunk (with its vector), fact version, lesson,
@@ -503,7 +504,7 @@ def export(state: CliState, file: str) -> None:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
             try:
-                counts = mem.export(stream)
+                counts = mem.export(stream, encrypt=False if plain else None)
                 stream.flush()
             except (StoreError, BrokenPipeError) as exc:
                 if not tables.broken_pipe(exc):
@@ -511,7 +512,7 @@ def export(state: CliState, file: str) -> None:
                 tables.quiet_stdout()  # a reader that stopped early (| head): not a failure
                 return
         else:
-            counts = mem.export(file)
+            counts = mem.export(file, encrypt=False if plain else None)
     if file == "-":
         click.echo(f"exported {sum(counts.values())} rows", err=True)
     else:

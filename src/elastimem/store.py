@@ -558,11 +558,11 @@ class Elastimem:
             include_facts=bool(include_facts),
         )
 
-    def export(self, path_or_file: Any) -> dict[str, int]:
+    def export(self, path_or_file: Any, *, encrypt: bool | None = None) -> dict[str, int]:
         self._check_open()
         from . import portability
 
-        return portability.export(self._services, path_or_file)
+        return portability.export(self._services, path_or_file, encrypt=encrypt)
 
     def import_(
         self, path_or_file: Any, progress: Callable[[int, int], None] | None = None

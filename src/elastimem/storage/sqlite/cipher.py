@@ -79,9 +79,7 @@ def cipher_key(value: object, *, source: str = "key") -> CipherKey | None:
                 "256-bit key as \"x'<64 hex digits>'\""
             ) from None
     else:
-        raise ConfigError(
-            f"{source} must be a str or bytes passphrase, not {type(value).__name__}"
-        )
+        raise ConfigError(f"{source} must be a str or bytes passphrase, not {type(value).__name__}")
     if not material:
         # SQLCipher reads an empty key as "no encryption": refuse it instead.
         raise ConfigError(f"{source} is empty; pass a non-empty passphrase")

@@ -358,9 +358,7 @@ def open_store(
     return db
 
 
-def _open_read_only(
-    resolved: str, lock: threading.RLock, key: CipherKey | None = None
-) -> Database:
+def _open_read_only(resolved: str, lock: threading.RLock, key: CipherKey | None = None) -> Database:
     """Open a store this process cannot write: no migration, no FTS rebuild, no recovery.
 
     A damaged file is never set aside here (that would need write access); an old schema
