@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path

@@ -23,6 +23,7 @@ import sqlite3
 from typing import Any
 
 from ...errors import ConfigError
+from .files import create_private_file
 
 ENCRYPT_EXTRA_HINT = "install the extra: pip install 'elastimem[encrypt]'"
 _RAW_KEY = re.compile(r"x'[0-9a-fA-F]{64}'")
@@ -158,6 +159,7 @@ def connect_destination(path: str, key: CipherKey | None) -> sqlite3.Connection:
     copies pages between connections of one library, so the source must be opened the same
     way (an encrypted store's connections are SQLCipher ones; a plain source backed up to a
     keyed destination, or the other way round, needs ``export_copy`` instead)."""
+    create_private_file(path)  # private before SQLite writes a page (as every store file)
     if key is None:
         return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     return keyed_connect(path, key, isolation_level=None, check_same_thread=False)
