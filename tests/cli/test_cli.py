@@ -48,6 +48,9 @@ SPEC_COMMANDS = {
     "timeline",
     "lessons",
     "context",
+    "encrypt",  # issue 31: cli_crypt
+    "decrypt",
+    "rekey",
 }
 
 
