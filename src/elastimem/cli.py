@@ -896,7 +896,9 @@ def _plus_minutes(at: str, minutes: int) -> str:
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
-from . import cli_crypt  # noqa: E402, F401 - adds --key-file, encrypt, decrypt and rekey
+from .cli_crypt import register as register_crypt  # noqa: E402 - as serve_command
+
+register_crypt(main, pass_state, emit)  # --key-file, encrypt, decrypt, rekey (issue 31)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -14,11 +14,11 @@ refuse a store that any process has open.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .cli import CliState, emit, main, pass_state
 from .errors import ElastimemError
 from .storage.addresses import is_postgres_url
 from .storage.sqlite.cipher import (
@@ -29,7 +29,12 @@ from .storage.sqlite.cipher import (
     resolve_key,
 )
 
+if TYPE_CHECKING:
+    from .cli import CliState
+
 __all__ = ["register"]
+
+Emit = Callable[..., None]
 
 
 def _use_key_file(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -77,86 +82,83 @@ def _current_key() -> CipherKey | None:
         raise click.UsageError(str(exc)) from exc
 
 
-def _convert(state: CliState, path: str, old: CipherKey | None, new: CipherKey | None) -> None:
-    from .storage.sqlite.rekey import convert
-
-    try:
-        result: dict[str, Any] = convert(path, old, new)
-    except ElastimemError as exc:
-        raise click.ClickException(str(exc)) from exc
-    emit(state, {"path": result["path"], "encrypted": result["encrypted"],
-                 "tables": len(result["rows"]), "rows": sum(result["rows"].values())})  # fmt: skip
-
-
-@click.command()
-@pass_state
-def encrypt(state: CliState) -> None:
-    """Encrypt a plain store in place with the key of --key-file (or $ELASTIMEM_KEY /
-    $ELASTIMEM_KEY_FILE): a new encrypted file is written, checked (it opens with the key,
-    its integrity check passes, every table has the same rows), then swapped in. Stop every
-    process using the store first. Keep the key safe: without it the store cannot be read.
-
-    \b
-    Example:
-      head -c 32 /dev/urandom | base64 > ~/.elastimem.key && chmod 600 ~/.elastimem.key
-      elastimem --db notes.db --key-file ~/.elastimem.key encrypt
-    """
-    path = _store_file(state)
-    new = _current_key()
-    if new is None:
-        raise click.UsageError("encrypt needs a key: pass --key-file FILE")
-    _convert(state, path, None, new)
-
-
-@click.command()
-@pass_state
-def decrypt(state: CliState) -> None:
-    """Decrypt an encrypted store in place (its key from --key-file, $ELASTIMEM_KEY or
-    $ELASTIMEM_KEY_FILE): a plain copy is written, checked, then swapped in.
-
-    \b
-    Example:
-      elastimem --db notes.db --key-file ~/.elastimem.key decrypt
-    """
-    path = _store_file(state)
-    old = _current_key()
-    if old is None:
-        raise click.UsageError("decrypt needs the store's key: pass --key-file FILE")
-    _convert(state, path, old, None)
-
-
-@click.command()
-@click.option("--new-key-file", metavar="FILE", required=True,
-              help="The file holding the new key.")  # fmt: skip
-@pass_state
-def rekey(state: CliState, new_key_file: str) -> None:
-    """Re-encrypt an encrypted store in place under a new key: the current key from
-    --key-file ($ELASTIMEM_KEY, $ELASTIMEM_KEY_FILE), the new one from --new-key-file. The
-    store is copied under the new key, checked, then swapped in.
-
-    \b
-    Example:
-      elastimem --db notes.db --key-file old.key rekey --new-key-file new.key
-    """
-    path = _store_file(state)
-    old = _current_key()
-    if old is None:
-        raise click.UsageError("rekey needs the store's current key: pass --key-file FILE")
-    try:
-        new = read_key_file(new_key_file, source="--new-key-file")
-    except ElastimemError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if new == old:
-        raise click.UsageError("the new key is the current key; pass a different one")
-    _convert(state, path, old, new)
-
-
-def register(group: click.Group) -> None:
-    """Add ``--key-file`` to the ``elastimem`` group and the three commands to it."""
+def register(group: click.Group, pass_state: Any, emit: Emit) -> None:
+    """Add ``--key-file`` to the ``elastimem`` group and ``encrypt``, ``decrypt`` and ``rekey``
+    to it. ``pass_state`` and ``emit`` are cli.py's (passed in, as to ``serve_command``: run
+    as ``python -m elastimem.cli``, that module is ``__main__``, whose classes are not
+    ``elastimem.cli``'s)."""
     group.params.append(KEY_FILE_OPTION)
+
+    def _convert(state: CliState, path: str, old: CipherKey | None, new: CipherKey | None) -> None:
+        from .storage.sqlite.rekey import convert
+
+        try:
+            result: dict[str, Any] = convert(path, old, new)
+        except ElastimemError as exc:
+            raise click.ClickException(str(exc)) from exc
+        rows = result["rows"]
+        summary = {"tables": len(rows), "rows": sum(rows.values())}
+        emit(state, {"path": result["path"], "encrypted": result["encrypted"], **summary})
+
+    @click.command()
+    @pass_state
+    def encrypt(state: CliState) -> None:
+        """Encrypt a plain store in place with the key of --key-file (or $ELASTIMEM_KEY /
+        $ELASTIMEM_KEY_FILE): a new encrypted file is written, checked (it opens with the key,
+        its integrity check passes, every table has the same rows), then swapped in. Stop every
+        process using the store first. Keep the key safe: without it the store cannot be read.
+
+        \b
+        Example:
+          head -c 32 /dev/urandom | base64 > ~/.elastimem.key && chmod 600 ~/.elastimem.key
+          elastimem --db notes.db --key-file ~/.elastimem.key encrypt
+        """
+        path = _store_file(state)
+        new = _current_key()
+        if new is None:
+            raise click.UsageError("encrypt needs a key: pass --key-file FILE")
+        _convert(state, path, None, new)
+
+    @click.command()
+    @pass_state
+    def decrypt(state: CliState) -> None:
+        """Decrypt an encrypted store in place (its key from --key-file, $ELASTIMEM_KEY or
+        $ELASTIMEM_KEY_FILE): a plain copy is written, checked, then swapped in.
+
+        \b
+        Example:
+          elastimem --db notes.db --key-file ~/.elastimem.key decrypt
+        """
+        path = _store_file(state)
+        old = _current_key()
+        if old is None:
+            raise click.UsageError("decrypt needs the store's key: pass --key-file FILE")
+        _convert(state, path, old, None)
+
+    @click.command()
+    @click.option("--new-key-file", metavar="FILE", required=True,
+                  help="The file holding the new key.")  # fmt: skip
+    @pass_state
+    def rekey(state: CliState, new_key_file: str) -> None:
+        """Re-encrypt an encrypted store in place under a new key: the current key from
+        --key-file ($ELASTIMEM_KEY, $ELASTIMEM_KEY_FILE), the new one from --new-key-file. The
+        store is copied under the new key, checked, then swapped in.
+
+        \b
+        Example:
+          elastimem --db notes.db --key-file old.key rekey --new-key-file new.key
+        """
+        path = _store_file(state)
+        old = _current_key()
+        if old is None:
+            raise click.UsageError("rekey needs the store's current key: pass --key-file FILE")
+        try:
+            new = read_key_file(new_key_file, source="--new-key-file")
+        except ElastimemError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if new == old:
+            raise click.UsageError("the new key is the current key; pass a different one")
+        _convert(state, path, old, new)
+
     for command in (encrypt, decrypt, rekey):
         group.add_command(command)
-
-
-# cli.py imports this module once, at its end, for this.
-register(main)

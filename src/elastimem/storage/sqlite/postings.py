@@ -313,7 +313,7 @@ def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str, kind: str) -
     try:
         conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
         return
-    except sqlite3.OperationalError:
+    except connection.ERRORS:  # no such table yet (an encrypted store's driver has its own)
         pass
     query_only = bool(conn.execute("PRAGMA query_only").fetchone()[0])
     if query_only:  # a reader: a temp table is no write to the store
