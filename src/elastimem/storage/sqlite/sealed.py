@@ -10,6 +10,7 @@ plain export starts with ``{``; an encrypted one with SQLCipher's random salt, w
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,8 +24,19 @@ BATCH_LINES = 1000
 
 
 def looks_sealed(head: bytes) -> bool:
-    """True when an export file starting with ``head`` is an encrypted one (not JSON Lines)."""
-    return bool(head) and not head.lstrip(b" \t\r\n").startswith(b"{")
+    """True when an export file whose first 16 bytes are ``head`` is an encrypted one.
+
+    An encrypted export starts with SQLCipher's random 16-byte salt, which is all but never
+    printable UTF-8 text; anything that reads as text (a damaged export, another file) is
+    left to the JSON Lines reader, which names the line that is wrong.
+    """
+    if len(head) < 16 or head.startswith(b"{"):
+        return False
+    try:  # incremental: a character cut at byte 16 is still text
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return True
+    return any(ch < " " and ch not in "\t\r\n" for ch in text)
 
 
 class SealedWriter:
