@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -28,9 +28,6 @@ from .storage.sqlite.cipher import (
     read_key_file,
     resolve_key,
 )
-
-if TYPE_CHECKING:
-    from .cli import CliState
 
 __all__ = ["register"]
 
@@ -68,7 +65,7 @@ KEY_FILE_OPTION = click.Option(
 )
 
 
-def _store_file(state: CliState) -> str:
+def _store_file(state: Any) -> str:
     path = state.require_store()
     if path == ":memory:" or is_postgres_url(path):
         raise click.UsageError("encrypt, decrypt and rekey convert a store file; pass --db FILE")
@@ -89,7 +86,7 @@ def register(group: click.Group, pass_state: Any, emit: Emit) -> None:
     ``elastimem.cli``'s)."""
     group.params.append(KEY_FILE_OPTION)
 
-    def _convert(state: CliState, path: str, old: CipherKey | None, new: CipherKey | None) -> None:
+    def _convert(state: Any, path: str, old: CipherKey | None, new: CipherKey | None) -> None:
         from .storage.sqlite.rekey import convert
 
         try:
@@ -102,7 +99,7 @@ def register(group: click.Group, pass_state: Any, emit: Emit) -> None:
 
     @click.command()
     @pass_state
-    def encrypt(state: CliState) -> None:
+    def encrypt(state: Any) -> None:
         """Encrypt a plain store in place with the key of --key-file (or $ELASTIMEM_KEY /
         $ELASTIMEM_KEY_FILE): a new encrypted file is written, checked (it opens with the key,
         its integrity check passes, every table has the same rows), then swapped in. Stop every
@@ -121,7 +118,7 @@ def register(group: click.Group, pass_state: Any, emit: Emit) -> None:
 
     @click.command()
     @pass_state
-    def decrypt(state: CliState) -> None:
+    def decrypt(state: Any) -> None:
         """Decrypt an encrypted store in place (its key from --key-file, $ELASTIMEM_KEY or
         $ELASTIMEM_KEY_FILE): a plain copy is written, checked, then swapped in.
 
@@ -139,7 +136,7 @@ def register(group: click.Group, pass_state: Any, emit: Emit) -> None:
     @click.option("--new-key-file", metavar="FILE", required=True,
                   help="The file holding the new key.")  # fmt: skip
     @pass_state
-    def rekey(state: CliState, new_key_file: str) -> None:
+    def rekey(state: Any, new_key_file: str) -> None:
         """Re-encrypt an encrypted store in place under a new key: the current key from
         --key-file ($ELASTIMEM_KEY, $ELASTIMEM_KEY_FILE), the new one from --new-key-file. The
         store is copied under the new key, checked, then swapped in.

@@ -17,7 +17,7 @@ import pytest
 
 import elastimem
 from elastimem import ConfigError, EncryptionKeyError, ImportFormatError, StoreError
-from elastimem.storage.sqlite import cipher
+from elastimem.storage.sqlite import cipher, connection
 from elastimem.storage.sqlite.opening import SQLITE_HEADER
 from tests.conftest import HashEmbedder
 
@@ -97,7 +97,7 @@ def test_the_file_and_its_wal_never_hold_the_stored_sentence(tmp_path: Path) -> 
 
 def test_temporary_tables_stay_in_memory(tmp_path: Path) -> None:
     encrypted_store(tmp_path / "s.db")
-    conn = cipher.keyed_connect(str(tmp_path / "s.db"), cipher.cipher_key(KEY))  # type: ignore[arg-type]
+    conn = connection.cipher_connect(str(tmp_path / "s.db"), cipher.cipher_key(KEY))
     try:
         assert conn.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
         assert conn.execute("PRAGMA cipher_version").fetchone()[0].startswith("4.")
@@ -292,12 +292,13 @@ def test_an_encrypted_export_streams_through_a_binary_file_object(tmp_path: Path
 
 
 def test_a_backup_destination_keyed_like_the_store_is_an_encrypted_copy(tmp_path: Path) -> None:
-    """``cipher.connect_destination``: the destination of an online backup of an encrypted
-    store (the backup itself copies pages between two SQLCipher connections)."""
+    """``connection.connect_destination``: the destination of an online backup of an
+    encrypted store (the backup itself copies pages between two SQLCipher connections; the
+    source is a connection as the store makes them, ``raw_connect(path, key=...)``)."""
     encrypted_store(tmp_path / "s.db")
     key = cipher.cipher_key(KEY)
-    source = cipher.keyed_connect(str(tmp_path / "s.db"), key)  # type: ignore[arg-type]
-    dest = cipher.connect_destination(str(tmp_path / "copy.db"), key)
+    source = connection.raw_connect(str(tmp_path / "s.db"), key=key)
+    dest = connection.connect_destination(str(tmp_path / "copy.db"), key)
     try:
         source.backup(dest)
     finally:

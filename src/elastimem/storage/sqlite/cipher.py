@@ -10,22 +10,24 @@ before any other statement touches the file.
 is never logged or put in a message). A passphrase is any non-empty str or UTF-8 bytes; a raw
 256-bit key is SQLCipher's own form ``"x'<64 hex digits>'"``, used without key derivation.
 
-Also here: ``connect_destination`` (an empty file for a copy, keyed as the source store,
-e.g. for an online backup) and ``export_copy`` (a whole store re-written under another key,
-or none, with ``sqlcipher_export``), which ``elastimem encrypt``/``decrypt``/``rekey`` use.
+Also here: where a store's key comes from (``resolve_key``: ``key=``, ``ELASTIMEM_KEY``,
+``ELASTIMEM_KEY_FILE``). SQLCipher connections are made by ``connection.cipher_connect`` (and
+``connection.connect_destination``, an empty file keyed as a store, e.g. for an online
+backup); converting a store between keys is ``rekey``'s.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from typing import Any
 
 from ...errors import ConfigError
-from .files import create_private_file
 
 ENCRYPT_EXTRA_HINT = "install the extra: pip install 'elastimem[encrypt]'"
+# The first 16 bytes of every plain SQLite 3 database file (https://sqlite.org/fileformat.html);
+# an SQLCipher file starts with its random salt instead.
+SQLITE_HEADER = b"SQLite format 3\x00"
 _RAW_KEY = re.compile(r"x'[0-9a-fA-F]{64}'")
 # SQLCipher's smallest page size: an encrypted file is whole pages of random-looking bytes.
 _MIN_PAGE = 512
@@ -96,19 +98,14 @@ def cipher_key(value: object, *, source: str = "key") -> CipherKey | None:
 
 def driver() -> Any:
     """The ``sqlcipher3`` DB-API module; ``ConfigError`` saying what to install without it.
-
-    Its exception classes are its own (not subclasses of ``sqlite3.Error``): they join
-    ``connection.ERRORS`` here, before the first connection that could raise one exists.
-    """
+    Connections are made through ``connection.cipher_connect``, which also makes its error
+    classes (not subclasses of ``sqlite3.Error``) part of ``connection.ERRORS``."""
     try:
         from sqlcipher3 import dbapi2
     except ImportError:
         raise ConfigError(
             f"opening an encrypted store needs SQLCipher: {ENCRYPT_EXTRA_HINT}"
         ) from None
-    from . import connection
-
-    connection.add_driver_errors(dbapi2.Error, dbapi2.IntegrityError)
     return dbapi2
 
 
@@ -123,26 +120,12 @@ def apply_key(conn: Any, key: CipherKey) -> None:
     conn.execute("PRAGMA temp_store = MEMORY")
 
 
-def keyed_connect(target: str, key: CipherKey, **kw: Any) -> sqlite3.Connection:
-    """An SQLCipher connection to ``target`` with ``key`` applied (``kw`` as ``connect``)."""
-    dbapi2 = driver()
-    conn = dbapi2.connect(target, **kw)
-    try:
-        apply_key(conn, key)
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 def looks_encrypted(path: str) -> bool:
     """True for a file that may be an SQLCipher store: no SQLite header, whole pages.
 
     Only a guess (it cannot be told from random bytes without the key); it picks the
     message, never what happens to the file: nothing is changed either way.
     """
-    from .opening import SQLITE_HEADER
-
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as handle:
@@ -150,44 +133,6 @@ def looks_encrypted(path: str) -> bool:
     except OSError:
         return False
     return header != SQLITE_HEADER and size >= _MIN_PAGE and size % _MIN_PAGE == 0
-
-
-def connect_destination(path: str, key: CipherKey | None) -> sqlite3.Connection:
-    """A connection to a new, empty file at ``path`` for a copy of a store: an SQLCipher
-    connection keyed with ``key`` when one is given (an encrypted copy), a plain one
-    otherwise. Use it as the target of ``source.backup(dest)``: SQLite's online backup
-    copies pages between connections of one library, so the source must be opened the same
-    way (an encrypted store's connections are SQLCipher ones; a plain source backed up to a
-    keyed destination, or the other way round, needs ``export_copy`` instead)."""
-    create_private_file(path)  # private before SQLite writes a page (as every store file)
-    if key is None:
-        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    return keyed_connect(path, key, isolation_level=None, check_same_thread=False)
-
-
-def export_copy(
-    source: str, source_key: CipherKey | None, dest: str, dest_key: CipherKey | None
-) -> None:
-    """Write the whole store at ``source`` to the new file ``dest`` under ``dest_key`` (None:
-    plain), with ``sqlcipher_export``: every table, index, trigger and FTS table, and the
-    schema version (``user_version``) too. ``dest`` must not exist yet."""
-    dbapi2 = driver()
-    conn = dbapi2.connect(source, isolation_level=None, check_same_thread=False)
-    try:
-        if source_key is not None:
-            apply_key(conn, source_key)
-        else:
-            conn.execute("PRAGMA cipher_log_level = NONE")
-        conn.execute("PRAGMA temp_store = MEMORY")
-        material = dest_key.material if dest_key is not None else b""
-        # ATTACH takes the key as a bound value, so it is never part of the SQL text.
-        conn.execute("ATTACH DATABASE ? AS dest KEY ?", (dest, material))
-        conn.execute("SELECT sqlcipher_export('dest')")
-        version = conn.execute("PRAGMA main.user_version").fetchone()[0]
-        conn.execute(f"PRAGMA dest.user_version = {int(version)}")
-        conn.execute("DETACH DATABASE dest")
-    finally:
-        conn.close()
 
 
 KEY_ENV_VAR = "ELASTIMEM_KEY"

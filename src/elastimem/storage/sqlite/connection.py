@@ -13,13 +13,12 @@ import logging
 import os
 import sqlite3
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ...errors import StoreError, StoreLockedError
 from ...text import em_fold
-
-if TYPE_CHECKING:
-    from .cipher import CipherKey
+from .cipher import CipherKey, apply_key, driver
+from .files import create_private_file
 
 logger = logging.getLogger("elastimem")
 
@@ -52,14 +51,14 @@ _MESSAGE_CODES = (
 )
 
 # The DB-API errors a store connection may raise. SQLCipher's driver (an encrypted store,
-# ``cipher.driver``) has its own classes, not subclasses of ``sqlite3.Error``: they are added
-# here when it is first loaded, before any of its connections exist. Catch ``ERRORS`` through
-# this module (``except connection.ERRORS``), looked up when the except clause runs.
+# ``cipher_connect``) has its own classes, not subclasses of ``sqlite3.Error``: they are added
+# here before its first connection exists. Catch ``ERRORS`` through this module
+# (``except connection.ERRORS``), so the tuple is looked up when the except clause runs.
 ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
 INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
 
 
-def add_driver_errors(error: type[Exception], integrity: type[Exception]) -> None:
+def _add_driver_errors(error: type[Exception], integrity: type[Exception]) -> None:
     """Let every ``except connection.ERRORS`` catch another driver's errors too."""
     global ERRORS, INTEGRITY_ERRORS
     if error not in ERRORS:
@@ -208,10 +207,42 @@ def raw_connect(
         "uri": uri,
     }
     if key is not None:
-        from .cipher import keyed_connect
-
-        return keyed_connect(target, key, **options)
+        return cipher_connect(target, key, **options)
     return sqlite3.connect(target, **options)  # type: ignore[arg-type]
+
+
+def cipher_connect(target: str, key: CipherKey | None, **kw: Any) -> sqlite3.Connection:
+    """An SQLCipher connection to ``target`` (``kw`` as ``sqlite3.connect`` takes them), keyed
+    with ``key`` before any statement touches the file; with None, SQLCipher reading a plain
+    file (to export it encrypted). Its errors are caught by ``except ERRORS``."""
+    dbapi2 = driver()
+    _add_driver_errors(dbapi2.Error, dbapi2.IntegrityError)
+    conn = dbapi2.connect(target, **kw)
+    try:
+        if key is not None:
+            apply_key(conn, key)
+        else:
+            conn.execute("PRAGMA cipher_log_level = NONE")
+            conn.execute("PRAGMA temp_store = MEMORY")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_destination(path: str, key: CipherKey | None) -> sqlite3.Connection:
+    """A connection to a new, empty file at ``path`` for a copy of a store: an SQLCipher
+    connection keyed with ``key`` when one is given (an encrypted copy), a plain one
+    otherwise; the file is created private first, as every store file is.
+
+    Made for ``source.backup(dest)`` (SQLite's online backup): it copies pages between
+    connections of one library, so the source must be a connection of the same kind, e.g.
+    ``raw_connect(store_path, key=database.cipher)``; a plain store copied to an encrypted
+    file (or the other way round) is ``rekey.convert``'s work instead."""
+    create_private_file(path)
+    if key is None:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    return cipher_connect(path, key, isolation_level=None, check_same_thread=False)
 
 
 def connect(

@@ -24,7 +24,7 @@ from ...clock import now_ts
 from ...errors import ConfigError, EncryptionKeyError, SchemaTooNewError, StoreError
 from ..addresses import refuse_database_url
 from . import connection, files, fts, migrations
-from .cipher import CipherKey, looks_encrypted
+from .cipher import SQLITE_HEADER, CipherKey, looks_encrypted
 from .connection import (
     MEMORY_PATH,
     SQLITE_CORRUPT,
@@ -42,8 +42,6 @@ from .tx import SqliteTx
 
 logger = logging.getLogger("elastimem")
 
-# The first 16 bytes of every SQLite 3 database file (https://sqlite.org/fileformat.html).
-SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables every elastimem layout has had: a file holding them without a ``meta`` table is
 # a very early store (version 1); a file without them is another program's database.
 _CORE_TABLES = frozenset({"sessions", "messages", "chunks", "facts"})

@@ -23,9 +23,8 @@ from typing import Any
 
 from ...errors import ConfigError, StoreError, StoreLockedError
 from . import connection, files
-from .cipher import CipherKey, apply_key, driver
-from .connection import SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOTADB, error_code
-from .opening import SQLITE_HEADER
+from .cipher import SQLITE_HEADER, CipherKey
+from .connection import SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOTADB, cipher_connect, error_code
 
 
 def is_encrypted(path: str) -> bool:
@@ -69,14 +68,8 @@ def convert(path: str, old_key: CipherKey | None, new_key: CipherKey | None) -> 
 
 def _lock_source(path: str, key: CipherKey | None) -> sqlite3.Connection:
     """The original, checkpointed into one file and held exclusively by this connection."""
-    dbapi2 = driver()
-    conn = dbapi2.connect(path, isolation_level=None, check_same_thread=False, timeout=2.0)
+    conn = cipher_connect(path, key, isolation_level=None, check_same_thread=False, timeout=2.0)
     try:
-        if key is not None:
-            apply_key(conn, key)
-        else:
-            conn.execute("PRAGMA cipher_log_level = NONE")
-        conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         # Leaving WAL needs the only connection: refused while another process has it open.
         mode = conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
@@ -141,12 +134,11 @@ def _export(source: Any, copy: str, new_key: CipherKey | None) -> dict[str, int]
 
 def _verify(copy: str, key: CipherKey | None, counts: dict[str, int], path: str) -> None:
     """The copy opens with ``key``, is intact, and holds the same rows as the original."""
-    dbapi2 = driver()
-    conn = dbapi2.connect(copy, isolation_level=None, check_same_thread=False)
     try:
-        if key is not None:
-            apply_key(conn, key)
-        conn.execute("PRAGMA temp_store = MEMORY")
+        conn = cipher_connect(copy, key, isolation_level=None, check_same_thread=False)
+    except connection.ERRORS as exc:
+        raise StoreError(f"the converted copy of {path} could not be opened ({exc})") from exc
+    try:
         check = [str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall()]
         copied = _counts(conn, "main")
     except connection.ERRORS as exc:

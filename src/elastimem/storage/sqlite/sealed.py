@@ -16,8 +16,8 @@ from typing import Any
 
 from ...errors import ImportFormatError
 from . import connection
-from .cipher import CipherKey, keyed_connect
-from .connection import SQLITE_NOTADB, error_code
+from .cipher import CipherKey
+from .connection import SQLITE_NOTADB, cipher_connect, error_code
 
 # Lines inserted per statement batch: the export streams, memory stays flat.
 BATCH_LINES = 1000
@@ -44,7 +44,7 @@ class SealedWriter:
     the same ``write``/``flush`` as the plain sink, then ``close``."""
 
     def __init__(self, path: str, key: CipherKey) -> None:
-        self._conn: Any = keyed_connect(path, key, isolation_level=None)
+        self._conn: Any = cipher_connect(path, key, isolation_level=None)
         self._conn.execute("CREATE TABLE export_lines (n INTEGER PRIMARY KEY, line BLOB NOT NULL)")
         self._conn.execute("BEGIN")
         self._batch: list[tuple[int, bytes]] = []
@@ -80,7 +80,7 @@ class SealedReader:
     """The lines of an encrypted export at ``path``, read with ``key``."""
 
     def __init__(self, path: str, key: CipherKey) -> None:
-        self._conn: Any = keyed_connect(path, key, isolation_level=None)
+        self._conn: Any = cipher_connect(path, key, isolation_level=None)
         try:
             self.count = int(self._conn.execute("SELECT count(*) FROM export_lines").fetchone()[0])
         except connection.ERRORS as exc:
