@@ -163,6 +163,9 @@ STORE_BACKENDS = ("sqlite", "postgres")
 ENCRYPTED_BACKEND = "sqlcipher"
 ENCRYPTED_MODULE_DIRS = ("api",)
 TEST_STORE_KEY = rows.TEST_STORE_KEY
+# API modules whose tests open stores themselves (elastimem.open, open_user, aio): they run
+# once more with ELASTIMEM_KEY set, so every store they open is encrypted (``at_rest``).
+ENV_ENCRYPTED_MODULES = ("test_aio.py", "test_users.py", "test_privacy.py", "test_arguments.py")
 
 # Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
 # skipping the PostgreSQL half.
@@ -181,6 +184,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ):
             backends = (*backends, ENCRYPTED_BACKEND)
         metafunc.parametrize("store_backend", backends, scope="function")
+    elif (
+        metafunc.definition.path.name in ENV_ENCRYPTED_MODULES
+        and metafunc.definition.path.parent.name in ENCRYPTED_MODULE_DIRS
+        and metafunc.definition.get_closest_marker("plain_file") is None
+        and metafunc.definition.get_closest_marker("sqlite_only") is None
+    ):
+        metafunc.parametrize("at_rest", ["plain", ENCRYPTED_BACKEND], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def at_rest(request: pytest.FixtureRequest, isolated_env: Path) -> str:
+    """"plain", or "sqlcipher": ELASTIMEM_KEY is set, so every SQLite store the test opens
+    (in this process or a child) is encrypted with ``TEST_STORE_KEY`` (issue 31)."""
+    mode = str(getattr(request, "param", "plain"))
+    if mode == ENCRYPTED_BACKEND:
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setenv("ELASTIMEM_KEY", TEST_STORE_KEY)
+    return mode
 
 
 @pytest.fixture(scope="session")

@@ -115,14 +115,17 @@ def _path_of(store: Any) -> str:
 
 
 def file_connection(path: str | os.PathLike[str], **kw: Any) -> sqlite3.Connection:
-    """``sqlite3.connect(path, **kw)``; for an encrypted test store (``ENCRYPTED_PATHS``), an
-    SQLCipher connection keyed with ``TEST_STORE_KEY``."""
-    if os.path.realpath(path) not in ENCRYPTED_PATHS:
+    """``sqlite3.connect(path, **kw)``; for an encrypted test store (``ENCRYPTED_PATHS``, or
+    any store while the test runs with ``ELASTIMEM_KEY`` set: conftest's ``at_rest``), an
+    SQLCipher connection keyed with that key."""
+    key = TEST_STORE_KEY if os.path.realpath(path) in ENCRYPTED_PATHS else None
+    key = key or os.environ.get("ELASTIMEM_KEY")
+    if key is None:
         return sqlite3.connect(path, **kw)
     from sqlcipher3 import dbapi2
 
     conn = dbapi2.connect(os.fspath(path), **kw)
-    conn.set_key(TEST_STORE_KEY.encode())
+    conn.set_key(key.encode())
     return conn  # type: ignore[no-any-return]
 
 

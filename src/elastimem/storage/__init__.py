@@ -48,13 +48,12 @@ def open_database(
     opens an encrypted SQLite store (``sqlite.cipher``); with a server address it is a
     ``ConfigError``.
     """
-    cipher = resolve_key(key)
     if is_postgres_url(target):
-        if cipher is not None:
-            raise ConfigError(POSTGRES_NO_KEY)
         if user_id is None:
             raise ConfigError(POSTGRES_NEEDS_USER)
+        if resolve_key(key) is not None:
+            raise ConfigError(POSTGRES_NO_KEY)
         from .postgres import database as postgres_database  # psycopg only when asked for
 
         return postgres_database.open_database(str(target), user_id, create=create)
-    return sqlite_database.open_store(target, create=create, key=cipher)
+    return sqlite_database.open_store(target, create=create, key=resolve_key(key))
