@@ -30,6 +30,7 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow  # about 20 console-script processes (30 s on a loaded 2-core machine)
 def test_encrypt_rekey_decrypt_round_trip(tmp_path: Path) -> None:
     store = tmp_path / "notes.db"
     keys = tmp_path / "keys"
