@@ -1,11 +1,10 @@
 """``Elastimem``: the facade the host talks to (SPEC §1).
 
 It is deliberately thin. It checks arguments (``arguments``), holds the parts of one open
-instance and delegates the work: ``session`` (the open session, turns and the rolling
-digest), ``lifecycle`` (open recovery, the instances open in this process, the close
-protocol), ``memory`` (facts, lessons), ``retrieval`` (the one query path), ``assembly``
-(context plans), ``portability`` (erase, export, import) and ``jobs`` (reindex). Nothing
-imports this module back.
+instance and delegates the work: ``session`` (the open session, turns and the rolling digest),
+``lifecycle`` (open recovery, the instances open in this process, the close protocol),
+``memory`` (facts, lessons), ``retrieval`` (the one query path), ``assembly`` (context plans),
+``portability`` (erase, export, import), ``jobs`` (reindex). Nothing imports this back.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from . import arguments as args
-from . import lifecycle, storage
+from . import lifecycle, observe, storage
 from .arguments import VALID_KINDS
 from .arguments import failure as _failure
 from .arguments import int_arg as _int_arg
@@ -27,6 +26,7 @@ from .arguments import parse_kinds as _parse_kinds
 from .arguments import query_text as _query_text
 from .arguments import timeout_arg as _timeout_arg
 from .assembly import ContextPlan, build_context_plan
+from .browsing import Browsing
 from .config import ElastimemConfig, check_option_names
 from .enums import Tier
 from .errors import ClosedError, ConfigError
@@ -55,7 +55,8 @@ logger = logging.getLogger("elastimem")
 Tokenizer = Callable[[str], int]
 
 
-class Elastimem:
+@observe.instrument
+class Elastimem(Browsing):
     """Long-term memory for one user: one SQLite file, or the user's rows on a PostgreSQL server."""
 
     def __init__(
@@ -93,7 +94,6 @@ class Elastimem:
         if embedder is None and not self._config.disable_builtin_embedder:
             builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, builtin)
-
         self._db = storage.open_database(path, create=create, user_id=user_id, key=key)
         try:
             self._user_id = lifecycle.claim_user(self._db, user_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import observe
 from .embedders import HOST_LABEL, BuiltinEmbedder, QueryVectorCache, to_unit_matrix, to_unit_vector
 
 logger = logging.getLogger("elastimem")
@@ -91,6 +92,10 @@ class EmbeddingSource:
         rule for the embed job). ``reindex`` passes False: it raises ``EmbedderError`` for
         the host to fix the embedder and call it again, which three failures would refuse.
         """
+        with observe.span("embed", "passages", count=len(texts)):
+            return self._embed_passages(texts, count_failure)
+
+    def _embed_passages(self, texts: list[str], count_failure: bool) -> np.ndarray:
         if self.host_embed is not None:
             try:
                 matrix = self._check_dim(to_unit_matrix(self.host_embed(list(texts)), len(texts)))
@@ -160,14 +165,15 @@ class EmbeddingSource:
             return cached
         raw: Any
         started = time.perf_counter()
-        if self.host_query is not None:
-            raw = self.host_query(text)
-        elif self.host_embed is not None:
-            raw = self.host_embed([text])
-        elif self.builtin is not None:
-            raw = self.builtin.embed_query(text)
-        else:
-            return None
+        with observe.span("embed", "query", count=1):
+            if self.host_query is not None:
+                raw = self.host_query(text)
+            elif self.host_embed is not None:
+                raw = self.host_embed([text])
+            elif self.builtin is not None:
+                raw = self.builtin.embed_query(text)
+            else:
+                return None
         self.last_query_seconds = time.perf_counter() - started
         vector = to_unit_vector(raw, dim=dim)
         if vector is not None:

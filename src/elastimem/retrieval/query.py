@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .. import observe
 from ..clock import utcnow
 from ..governor import MemoryProfile
 from ..runtime.services import Services
@@ -85,23 +86,25 @@ def rank_query(
         if fact_leg is UNSET:
             fact_leg = legs.fact_vector_leg(services, text, profile) if "fact" in kinds else None
         if signal is UNSET:
-            signal = legs.graph_signal(services, text, conn)
-        ranking = rank(
-            conn,
-            terms,
-            k=k,
-            kinds=kinds,
-            filters=filters,
-            fts_enabled=services.db.fts_enabled,
-            chunk_half_life=config.episodic_recency_half_life_days,
-            fact_half_life=config.fact_recency_half_life_days,
-            vector_leg=vector_leg,
-            graph=signal,
-            keyword_index=keyword_index(services, profile),
-            fact_vector_leg=fact_leg,
-            question=text,
-            scope=scope,
-        )
+            with observe.span("leg", "graph_signal"):
+                signal = legs.graph_signal(services, text, conn)
+        with observe.span("leg", "rank", terms=len(terms)):
+            ranking = rank(
+                conn,
+                terms,
+                k=k,
+                kinds=kinds,
+                filters=filters,
+                fts_enabled=services.db.fts_enabled,
+                chunk_half_life=config.episodic_recency_half_life_days,
+                fact_half_life=config.fact_recency_half_life_days,
+                vector_leg=vector_leg,
+                graph=signal,
+                keyword_index=keyword_index(services, profile),
+                fact_vector_leg=fact_leg,
+                question=text,
+                scope=scope,
+            )
     if report is not None:
         ranking.vector_leg = report.state
     return QueryRanking(ranking, signal)

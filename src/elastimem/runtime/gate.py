@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from .. import observe
 from ..enums import Cadence, ConsolidationLevel, RollingSummaryMode, Tier
 from ..governor import MemoryProfile
 
@@ -288,11 +289,14 @@ class LLMGate:
             if self.closing:
                 raise GateDeferred("closing")
             self.calls[kind] += 1
-            reply = self.watchdog.call(
-                LLM_CALL_TIMEOUT_SECONDS,
-                llm,
-                prompt,
-                max_tokens=max_tokens,
-                temperature=temperature,
-            )
-        return reply_text(reply)
+            with observe.span("llm", kind, input_chars=len(prompt)) as observation:
+                reply = self.watchdog.call(
+                    LLM_CALL_TIMEOUT_SECONDS,
+                    llm,
+                    prompt,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                )
+                text = reply_text(reply)
+                observation.set(output_chars=len(text))
+        return text

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from .. import observe
 from ..errors import StoreError
 from ..memory.episodic import Owner
 from ..storage.database import Database
@@ -211,7 +212,8 @@ class Worker:
                 if outcome == "done":
                     jobs.complete(conn, job.id)
                 elif outcome == "failed":
-                    jobs.fail(conn, job.id, error)
+                    if jobs.fail(conn, job.id, error):  # its last attempt
+                        observe.note("job_failed", job.kind)
                 else:
                     jobs.set_state(conn, job.id, outcome)
         except Exception as exc:

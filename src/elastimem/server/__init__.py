@@ -1,10 +1,10 @@
 """``elastimem serve``: memory as an HTTP service (REST and MCP), one store per user.
 
 Layout, one idea per module; each imports only the ones above it in this list and, from the
-rest of elastimem, ``aio`` (the stores), ``users``, ``errors``, ``clock``, ``text`` (fact
-keys as stored), ``mcp_server`` (the tools) and ``storage`` (which backend an address names,
-and the start check of a PostgreSQL server). Nothing outside this package imports it,
-except ``cli`` for the command:
+rest of elastimem, ``aio`` (the stores), ``web`` (the inspector, mounted at ``/ui``),
+``users``, ``errors``, ``clock``, ``text`` (fact keys as stored), ``mcp_server`` (the tools)
+and ``storage`` (which backend an address names, and the start check of a PostgreSQL server).
+Nothing outside this package imports it, except ``cli`` for the command:
 
 - ``keys``: the bearer tokens of ``KEYS.json``, mapped to user ids, compared in constant time.
 - ``pool``: open stores per user, an LRU with a bound; a store in use is never closed; the

@@ -1,11 +1,14 @@
 """The ASGI app of ``elastimem serve``: authentication, routes, errors, lifespan.
 
-Every request but ``GET /healthz`` and ``GET /openapi.json`` must carry ``Authorization:
-Bearer <token>`` with a token of the keys file; anything else is the same 401, whatever was
-wrong. The user id the token maps to goes into the ASGI scope and picks the store; nothing
-in a request can name another user. A REST body larger than the limit is a 413 before it is
-read in full; any other refusal is a 4xx with ``{"error": one sentence}``, and a failure
-inside the store a 5xx that names no file, so no request can stop the server.
+Every request but ``GET /healthz``, ``GET /openapi.json`` and the web inspector's pages under
+``/ui`` must carry ``Authorization: Bearer <token>`` with a token of the keys file; anything
+else is the same 401, whatever was wrong. The inspector (``elastimem.web``) signs browsers in
+with a key of the same file and keeps them signed in with a session cookie, which no other path
+reads; it never reads a bearer header. The user id the token maps to goes into the ASGI scope
+and picks the store; nothing in a request can name another user. A REST body larger than the
+limit is a 413 before it is read in full; any other refusal is a 4xx with ``{"error": one
+sentence}``, and a failure inside the store a 5xx that names no file, so no request can stop
+the server.
 
 The lifespan opens the store pool (and the MCP session manager); at shutdown, after uvicorn
 has drained the requests in flight, it closes every store.
@@ -17,7 +20,7 @@ import asyncio
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,14 +29,16 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
 from . import rest
 from .keys import KeyRing
 from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
+from .ops_cli import OpsOptions
 from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
+from .telemetry import Telemetry
 
 logger = logging.getLogger("elastimem")
 
@@ -41,6 +46,7 @@ DEFAULT_MAX_BODY = 1024 * 1024
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 UNAUTHORIZED = "a valid bearer token is required"
 MCP_METHODS = ["GET", "POST", "DELETE"]
+UI_PREFIX = "/ui"
 
 
 @dataclass
@@ -51,6 +57,7 @@ class ServiceOptions:
     max_body: int = DEFAULT_MAX_BODY
     host: str = "127.0.0.1"
     store_options: dict[str, Any] = field(default_factory=dict)
+    ops: OpsOptions = field(default_factory=OpsOptions)  # metrics, traces, backups (telemetry)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -68,6 +75,11 @@ class _Authenticate:
         if scope["type"] != "http" or (
             scope["path"] in PUBLIC_PATHS and scope["method"] in ("GET", "HEAD")
         ):
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == UI_PREFIX or scope["path"].startswith(UI_PREFIX + "/"):
+            # The inspector signs browsers in itself (a key in a form, then a session
+            # cookie); a bearer header is not read there, nor a cookie anywhere else.
             await self.app(scope, receive, send)
             return
         user_id = None
@@ -190,7 +202,8 @@ def build_app(options: ServiceOptions) -> Starlette:
     async def no_mcp(request: Request) -> Response:
         return _error(501, NEEDS_SDK)
 
-    routes = [route(endpoint) for endpoint in rest.ENDPOINTS]
+    routes: list[BaseRoute] = [route(endpoint) for endpoint in rest.ENDPOINTS]
+    routes += _inspector(pool, options.keys)
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -225,7 +238,28 @@ def build_app(options: ServiceOptions) -> Starlette:
         exception_handlers={HTTPException: http_error},
     )
     app.add_middleware(_Authenticate, keys=options.keys)
+    stores = lambda: state["pool"].stores() if "pool" in state else []  # noqa: E731
+    app.add_middleware(Telemetry, options=options.ops, target=options.target, stores=stores,
+                       routes=routes)  # fmt: skip
     return app
+
+
+def _inspector(pool: Callable[[], StorePool], keys: KeyRing) -> list[BaseRoute]:
+    """The web inspector at ``/ui`` for every key's user, or nothing without Jinja2."""
+    try:
+        from ..web.app import InspectorOptions, build_inspector
+        from ..web.signin import KeyGate
+    except ImportError:
+        logger.warning(
+            "/ui is off: the web inspector needs Jinja2 (pip install 'elastimem[server]')"
+        )
+        return []
+
+    def lease(user_id: str) -> Any:
+        return pool().lease(user_id)
+
+    inspector = build_inspector(InspectorOptions(lease, gate=KeyGate(keys)))
+    return [Mount(UI_PREFIX, inspector)]
 
 
 def reload_on_hangup(keys: KeyRing) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from ..errors import ElastimemError
+from .ops_cli import OpsOptions, check_metrics_key, ops_options
 
 MISSING_EXTRA = (
     "elastimem serve needs Starlette and uvicorn; install them with: "
@@ -50,10 +51,11 @@ def serve_command(
                   help="Seconds SIGTERM waits for requests in flight.")  # fmt: skip
     @llm_options
     @click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
+    @ops_options
     @pass_state
     def serve(state: Any, host: str, port: int, keys_path: str, max_open: int, max_body: int,
               drain_timeout: int, llm_url: str | None, llm_model: str | None,
-              llm_key: str | None, no_embedder: bool) -> None:  # fmt: skip
+              llm_key: str | None, no_embedder: bool, ops: OpsOptions) -> None:  # fmt: skip
         """Serve per-user memory over HTTP: REST under /v1 and MCP at /mcp.
 
         --db names a folder, where each user's store is <folder>/<user_id>.db, or a
@@ -91,12 +93,15 @@ def serve_command(
             store_options["tier_override"] = state.tier
         try:
             keys = KeyRing(keys_path)
+            check_metrics_key(ops, keys)
             # "~" expanded, as the stores see it; a server is reached now, its password hidden.
             stores = prepare_target(target)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         _configure_logging(state.verbose)
-        app = build_app(ServiceOptions(target, keys, max_open, max_body, host, store_options))
+        app = build_app(
+            ServiceOptions(target, keys, max_open, max_body, host, store_options, ops=ops)
+        )
         config = uvicorn.Config(
             app,
             host=host,

@@ -102,6 +102,10 @@ class StorePool:
     def __len__(self) -> int:
         return len(self._open)
 
+    def stores(self) -> list[aio.AsyncElastimem]:
+        """The stores open now (a snapshot: the metrics count their queued jobs)."""
+        return [entry.store for entry in self._open.values()]
+
     @asynccontextmanager
     async def lease(self, user_id: str) -> AsyncIterator[aio.AsyncElastimem]:
         entry = await self._acquire(user_id)

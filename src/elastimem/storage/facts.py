@@ -207,6 +207,19 @@ class FactRows(Protocol):
         """Keep only the newest ``keep`` quarantine entries."""
         ...
 
+    def origin_sessions(self, key: str) -> dict[int, int]:
+        """Fact id -> the session it was learned in, for the versions of ``key`` that have one."""
+        ...
+
+    def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
+        """Quarantine entries, newest first from the ``offset``-th on, as dicts with the keys
+        of ``newest_quarantine`` and ``id``."""
+        ...
+
+    def quarantine_entry(self, entry_id: int) -> dict[str, object] | None:
+        """One entry as ``quarantine_page`` shows it, or None when there is none."""
+        ...
+
     def newest_quarantine(self, n: int) -> list[dict[str, object]]:
         """The ``n`` newest quarantine entries, oldest of them first, as dicts with the keys
         ts, key, value, reason, source."""

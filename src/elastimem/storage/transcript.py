@@ -114,6 +114,14 @@ class TranscriptRows(Protocol):
         id, started_at, ended_at, title, summary, message_count, host_tag."""
         ...
 
+    def session_page(self, offset: int, n: int) -> list[dict[str, object]]:
+        """``recent_sessions`` from the ``offset``-th newest on (a page of the list)."""
+        ...
+
+    def session_info(self, session_id: int) -> dict[str, object] | None:
+        """The session as ``recent_sessions`` shows it, or None when there is none."""
+        ...
+
     def latest_ended_session(self, exclude: int | None) -> int | None:
         """The id of the newest ended session (by start, then id) that has messages, other
         than ``exclude``; None when there is none."""

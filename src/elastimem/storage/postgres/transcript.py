@@ -136,6 +136,23 @@ class PostgresTranscriptRows:
         ).fetchall()
         return [dict(zip(_SESSION_LIST_KEYS, row)) for row in rows]
 
+    def session_page(self, offset: int, n: int) -> list[dict[str, object]]:
+        rows = self._conn.execute(
+            "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
+            "FROM sessions WHERE user_id = %s ORDER BY started_at DESC, id DESC "
+            "LIMIT %s OFFSET %s",
+            (self._user, max(0, n), max(0, offset)),
+        ).fetchall()
+        return [dict(zip(_SESSION_LIST_KEYS, row)) for row in rows]
+
+    def session_info(self, session_id: int) -> dict[str, object] | None:
+        row = self._conn.execute(
+            "SELECT id, started_at, ended_at, title, summary, message_count, host_tag "
+            "FROM sessions WHERE user_id = %s AND id = %s",
+            (self._user, session_id),
+        ).fetchone()
+        return None if row is None else dict(zip(_SESSION_LIST_KEYS, row))
+
     def latest_ended_session(self, exclude: int | None) -> int | None:
         row = self._conn.execute(
             "SELECT id FROM sessions WHERE user_id = %s AND ended_at IS NOT NULL "

@@ -229,6 +229,28 @@ class SqliteFactRows:
             "DELETE FROM quarantine WHERE id <= (SELECT max(id) FROM quarantine) - ?", (keep,)
         )
 
+    def origin_sessions(self, key: str) -> dict[int, int]:
+        rows = self._conn.execute(
+            "SELECT id, origin_session_id FROM facts "
+            "WHERE key = ? AND origin_session_id IS NOT NULL",
+            (key,),
+        ).fetchall()
+        return {int(r[0]): int(r[1]) for r in rows}
+
+    def quarantine_page(self, offset: int, n: int) -> list[dict[str, object]]:
+        rows = self._conn.execute(
+            "SELECT ts, key, value, reason, source, id FROM quarantine "
+            "ORDER BY id DESC LIMIT ? OFFSET ?",
+            (max(0, n), max(0, offset)),
+        ).fetchall()
+        return [dict(zip((*QUARANTINE_KEYS, "id"), row)) for row in rows]
+
+    def quarantine_entry(self, entry_id: int) -> dict[str, object] | None:
+        row = self._conn.execute(
+            "SELECT ts, key, value, reason, source, id FROM quarantine WHERE id = ?", (entry_id,)
+        ).fetchone()
+        return None if row is None else dict(zip((*QUARANTINE_KEYS, "id"), row))
+
     def newest_quarantine(self, n: int) -> list[dict[str, object]]:
         rows = self._conn.execute(
             "SELECT ts, key, value, reason, source FROM quarantine ORDER BY id DESC LIMIT ?",
