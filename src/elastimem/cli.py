@@ -485,8 +485,9 @@ def sessions(state: CliState, n: int) -> None:
 
 @main.command()
 @click.argument("file", metavar="FILE")
+@click.option("--plain", is_flag=True, help="Write an encrypted store's export unencrypted.")
 @pass_state
-def export(state: CliState, file: str) -> None:
+def export(state: CliState, file: str, plain: bool) -> None:
     """Write the whole store as JSON Lines to FILE (`-` for stdout).
 
     The file holds every session, message, chunk (with its vector), fact version, lesson,
@@ -503,7 +504,7 @@ def export(state: CliState, file: str) -> None:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
             try:
-                counts = mem.export(stream)
+                counts = mem.export(stream, encrypt=False if plain else None)
                 stream.flush()
             except (StoreError, BrokenPipeError) as exc:
                 if not tables.broken_pipe(exc):
@@ -511,7 +512,7 @@ def export(state: CliState, file: str) -> None:
                 tables.quiet_stdout()  # a reader that stopped early (| head): not a failure
                 return
         else:
-            counts = mem.export(file)
+            counts = mem.export(file, encrypt=False if plain else None)
     if file == "-":
         click.echo(f"exported {sum(counts.values())} rows", err=True)
     else:
@@ -854,6 +855,7 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_crypt import register as register_crypt  # noqa: E402
 from .cli_graph import graph_command  # noqa: E402 - below what it is built from
 from .cli_keys import keys_group  # noqa: E402
 from .cli_ops import ops_commands  # noqa: E402 - below what it is built from
@@ -865,6 +867,7 @@ main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
 main.commands.update(ops_commands(pass_state))  # backup, restore, verify
 main.add_command(ui_command(pass_state, _llm_options, _make_llm))
 main.add_command(keys_group)
+register_crypt(main, pass_state, emit)  # --key-file, encrypt, decrypt, rekey (issue 31)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

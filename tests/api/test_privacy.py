@@ -72,6 +72,7 @@ def test_a_new_store_its_side_files_and_its_folders_are_private(
     assert shared_warnings(caplog) == []
 
 
+@pytest.mark.plain_file  # watches the sqlite3 module open the file
 def test_the_file_is_private_before_sqlite_opens_it(
     umask_022: None, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,6 +168,7 @@ def _damage_meta_page(path: Path) -> None:
         handle.write(b"\xff" * page_size)
 
 
+@pytest.mark.plain_file  # an encrypted store is never set aside (test_encryption.py)
 @pytest.mark.parametrize("old_mode", [0o600, 0o644])
 def test_set_aside_copies_of_a_corrupt_store_are_private(
     umask_022: None, base: Path, old_mode: int, caplog: pytest.LogCaptureFixture

@@ -53,6 +53,9 @@ SPEC_COMMANDS = {
     "backup",  # the operator's commands (cli_ops)
     "restore",
     "verify",
+    "encrypt",  # issue 31: cli_crypt
+    "decrypt",
+    "rekey",
 }
 
 
