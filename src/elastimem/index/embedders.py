@@ -15,8 +15,8 @@ until the worker calls :meth:`BuiltinEmbedder.load` and then tries, in order (§
    missing, or a build that failed its check), fully offline, no prefixes;
 4. otherwise it is *failed*: one warning, keyword search only, never retried.
 
-Steps 2 and 3 give the same vectors (cosine >= 0.9999, checked when the graph is built), so both carry
-the label ``elastimem:all-MiniLM-L6-v2``.
+Steps 2 and 3 give the same vectors (cosine >= 0.9999, checked when the graph is built), so
+both carry the label ``elastimem:all-MiniLM-L6-v2``.
 
 Every vector that reaches storage goes through :func:`to_unit_matrix` (one finite,
 non-zero, same-dimension row per input, L2-normalised float32) and is stored as a
