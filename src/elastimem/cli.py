@@ -151,11 +151,12 @@ class CliState:
 
     @contextmanager
     def search_store(self) -> Iterator[Any]:
-        """A store for ``recall``/``explain``: with the built-in embedder, warmed up, only
-        when the store holds vectors it made (§8.1); keyword search otherwise."""
+        """A store for ``recall``/``explain``: with the built-in embedder, warmed up, when
+        the store holds chunk or fact vectors it made or none at all yet (§8.1; what waits
+        for a vector is embedded for the query); keyword search beside another model's."""
         with self.store() as mem:
-            has_vectors = mem.has_vectors(BUILTIN_LABEL_PREFIX)
-        if not has_vectors:
+            builtin = mem.has_vectors(BUILTIN_LABEL_PREFIX) or not mem.has_vectors()
+        if not builtin:
             with self.store() as mem:
                 yield mem
             return
