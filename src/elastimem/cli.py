@@ -28,23 +28,20 @@ from typing import Any
 
 import click
 
+from . import cli_paths, cli_values
 from . import cli_tables as tables
 from .arguments import check_user_id
+from .cli_paths import DB_ENV_VAR as DB_ENV_VAR
+from .cli_paths import USER_ENV_VAR
 from .errors import ConfigError, ElastimemError, StoreError
-from .storage.addresses import is_postgres_url, refuse_database_url
+from .storage.addresses import is_postgres_url
 from .storage.sqlite import files
 
-DB_ENV_VAR = "ELASTIMEM_DB"
-USER_ENV_VAR = "ELASTIMEM_USER"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEMO_WAIT_SECONDS = 120.0
 # The label of every vector the built-in embedder made starts with this.
 BUILTIN_LABEL_PREFIX = "elastimem:"
 ALL = 2**63 - 1  # sessions(n=ALL): every session
-
-
-def default_db_path() -> str:
-    return os.path.join(click.get_app_dir("elastimem"), "memory.db")
 
 
 @dataclasses.dataclass
@@ -58,27 +55,7 @@ class CliState:
     def db_path(self) -> str:
         """The store's address: a file, ``~`` expanded and absolute (what ``path`` shows is
         what opens), or a ``postgresql://`` address as given (shown only by ``shown``)."""
-        if self.db is not None and not self.db.strip():
-            raise click.UsageError("--db is empty; pass the path of a store file")
-        raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        if is_postgres_url(raw):
-            if self.user_id() is None:
-                raise click.UsageError(
-                    "a PostgreSQL store holds many users' memory: pass --user ID (or set "
-                    f"{USER_ENV_VAR}) to say whose memory to use"
-                )
-            return raw
-        try:
-            refuse_database_url(raw)  # before realpath makes "mysql://h/db" a path
-        except ConfigError:
-            # Only the scheme: the rest of an address may hold a password.
-            scheme = raw.split(":", 1)[0]
-            raise click.ClickException(
-                f"{scheme}://… is an address, not a file path; pass the path of a store file, "
-                "':memory:' or a postgresql:// address"
-            ) from None
-        # realpath, as the store resolves it: a symlink shows the file that opens.
-        return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
+        return cli_paths.store_address(self.db, self.user_id)
 
     def user_id(self) -> str | None:
         """The checked ``--user`` (else ``ELASTIMEM_USER``), or None when neither is given."""
@@ -138,6 +115,11 @@ class CliState:
             overrides["tier_override"] = self.tier
         try:
             mem = Elastimem(path, create=create, user_id=self.user_id(), **overrides)
+        except StoreError as exc:
+            if "(create=False)" in str(exc):  # the server's words are the Python API's
+                message = cli_paths.no_store(self.shown(), self.user_id())
+                raise click.ClickException(message) from None
+            raise click.ClickException(str(exc)) from exc
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         try:
@@ -232,7 +214,10 @@ def path(state: CliState) -> None:
     Example:
       ELASTIMEM_DB=~/agent.db elastimem path
     """
-    click.echo(state.shown())
+    shown = state.shown()
+    click.echo(shown)
+    if cli_paths.is_legacy(shown):  # found at the old default: kept, never replaced
+        click.echo(f"note: the default of earlier versions (new: {cli_paths.data_dir()})", err=True)
 
 
 @main.command()
@@ -265,6 +250,7 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
     Example:
       elastimem recall "what is my dog called?" -k 3 --kind chunk
     """
+    cli_values.require_text(query, "QUERY")
     with state.search_store() as mem:
         hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until)
         emit(state, hits, table=tables.hits_table)
@@ -282,6 +268,7 @@ def explain(state: CliState, query: str, k: int) -> None:
     Example:
       elastimem explain "hiking with the dog"
     """
+    cli_values.require_text(query, "QUERY")
     with state.search_store() as mem:
         emit(state, mem.explain(query, k), table=tables.explain_table)
 
@@ -377,23 +364,29 @@ def context(state: CliState, text: str) -> None:
 def remember(state: CliState, key: str, value: str, source: str) -> None:
     """Store a fact (a new version if the key already has another value).
 
-    Prints the key as stored (keys are normalised: "Favorite Color" is favorite_color).
-    Creates the store if it does not exist. A fact the guards refuse exits 1 with the
-    reason on stderr.
+    Prints the key as stored (keys are normalised: "Favorite Color" is favorite_color; a
+    notice on stderr says what else was dropped). VALUE "-" reads stdin. Creates the store
+    if it does not exist. A fact the guards refuse exits 1 with the reason on stderr.
 
     \b
     Example:
       elastimem remember favorite_color teal
+      cat notes.txt | elastimem remember project_notes -
     """
     from .text import normalize_key, sanitize
 
+    value = cli_values.read_value(value)
     with state.store(create=True) as mem:
         changed, reason = mem.remember(key, value, source)
     # The same normalisation remember() applied: the key facts() and history will show.
     emit(state, {"changed": changed, "reason": reason, "key": normalize_key(sanitize(key))})
     if reason.startswith("rejected: "):
-        click.echo(f"Error: the fact was not stored: {reason.removeprefix('rejected: ')}", err=True)
+        why = cli_values.refusal(reason.removeprefix("rejected: "), value)
+        click.echo(f"Error: the fact was not stored: {why}", err=True)
         sys.exit(1)
+    notice = cli_values.key_notice(key)
+    if notice is not None:
+        click.echo(notice, err=True)
 
 
 @main.command()
