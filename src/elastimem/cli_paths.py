@@ -95,6 +95,7 @@ def no_store(shown: str, user_id: str | None) -> str:
     """The CLI's words for a server with no store for this user (not the API's create=)."""
     again = f"elastimem --db URL --user {shlex.quote(user_id or 'ID')} remember KEY VALUE"
     return (
-        f"there is no elastimem store at {shown} (nothing was created); check the address "
-        f"and --user, or create it with a command that stores something, e.g. {again}"
+        f"there is no elastimem store for user {user_id!r} on {shown} (nothing was created); "
+        f"check the address and --user, or create it with a command that stores something, "
+        f"e.g. {again}"
     )
