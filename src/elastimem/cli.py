@@ -116,7 +116,7 @@ class CliState:
         try:
             mem = Elastimem(path, create=create, user_id=self.user_id(), **overrides)
         except StoreError as exc:
-            if "(create=False)" in str(exc):  # the server's words are the Python API's
+            if is_postgres_url(path) and "(create=False)" in str(exc):  # the API's words
                 message = cli_paths.no_store(self.shown(), self.user_id())
                 raise click.ClickException(message) from None
             raise click.ClickException(str(exc)) from exc
