@@ -15,6 +15,7 @@ check that a search has something to search for).
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 
 import click
@@ -35,7 +36,7 @@ def read_value(value: str) -> str:
     """``value``, or standard input when it is ``-``."""
     if value != STDIN_MARK:
         return value
-    return click.get_text_stream("stdin").read().rstrip("\r\n")
+    return sys.stdin.read().rstrip("\r\n")
 
 
 def key_notice(key: str) -> str | None:
