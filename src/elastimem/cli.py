@@ -610,7 +610,7 @@ def reindex(state: CliState, force: bool) -> None:
     finally:
         finish()
     if count == 0 and embedder in ("none", "failed"):
-        click.echo("no usable embedder: install elastimem[embed] to enable vectors", err=True)
+        click.echo("no usable embedder: install elastimem[embed] and the model (README)", err=True)
     emit(state, {"reindexed": count})
 
 
@@ -782,7 +782,7 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
     ready = mem.warm_up(timeout=DEMO_WAIT_SECONDS)
     label = mem.stats()["embedding_model"]
     _field("Embedder", label if ready and label else
-           "none: recall uses keyword search (install elastimem[embed] for meaning)")  # fmt: skip
+           "none: keyword search only (see the README's first command for meaning)")  # fmt: skip
     todo = _demo_sessions_to_record(mem, sessions)
     if todo:
         _record_demo(mem, todo)

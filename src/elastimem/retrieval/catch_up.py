@@ -8,7 +8,7 @@ that have no vector yet (at most ``CATCH_UP_CHUNKS`` and ``CATCH_UP_FACTS``: a b
 thousands stays the worker's, the query pays for the last few writes only) and stores them,
 as the embed job would, so the worker finds them done and the query's vector legs see them.
 
-Bounded like a query embedding (``QUERY_EMBED_TIMEOUT_SECONDS``) and never raising: a
+Bounded in time (``CATCH_UP_TIMEOUT_SECONDS``, through the query watchdog), never raising: a
 failure leaves the items to the worker and the query to what is stored. Called by the one
 query path (``query.rank_query``) and by ``build_context`` before they start their legs.
 """
@@ -21,7 +21,6 @@ from ..governor import MemoryProfile
 from ..index.vectors import passage_texts, write_vectors
 from ..memory import fact_vectors
 from ..runtime.services import Services, active_dim, vector_gate
-from .legs import QUERY_EMBED_TIMEOUT_SECONDS
 
 logger = logging.getLogger("elastimem")
 
@@ -31,6 +30,11 @@ logger = logging.getLogger("elastimem")
 # next query finds them stored.
 CATCH_UP_CHUNKS = 32
 CATCH_UP_FACTS = fact_vectors.WAITING_FACTS_LIMIT
+# Longer than a query vector's 3 s: up to 64 passages, and the model's first call in a
+# process allocates its buffers (over 3 s on a machine whose two cores ran 12 jobs, which
+# left the turn to the worker and the answer without it). A hung embedder costs this once:
+# the watchdog then skips every later call until it returns.
+CATCH_UP_TIMEOUT_SECONDS = 10.0
 
 
 def embed_waiting(
@@ -63,7 +67,7 @@ def embed_waiting(
         if not texts:
             return 0
         matrix = services.query_watchdog.call(
-            QUERY_EMBED_TIMEOUT_SECONDS, source.embed_passages, texts, count_failure=False
+            CATCH_UP_TIMEOUT_SECONDS, source.embed_passages, texts, count_failure=False
         )
         if matrix.shape[0] != len(texts) or (dim is not None and matrix.shape[1] != dim):
             return 0
