@@ -2,7 +2,7 @@
 
 Data commands print JSON by default and, with ``--format table``, lines and columns fitted
 to the terminal. The store comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in
-the per-user app folder; ``elastimem path`` prints which. Only commands that store something
+the data folder (``cli_paths``); ``elastimem path`` prints which. Only commands that store something
 (``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
 and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
 the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long

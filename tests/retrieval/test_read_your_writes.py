@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 import elastimem
 from tests.conftest import wait_until
 
@@ -132,3 +135,38 @@ def test_build_context_and_aio_read_their_writes(
 
         hits = asyncio.run(ask())
         assert [h.text for h in hits] == ["allergies: peanuts"]
+
+
+# -- a query of symbols only ("🍜"): matched as substrings of facts --------------------------
+
+
+def test_symbol_terms_are_the_symbol_runs_of_a_query() -> None:
+    from elastimem.text import is_symbol_term, symbol_terms
+
+    assert symbol_terms("🍜") == ["🍜"]
+    assert symbol_terms("👩‍💻 and ❤️, 🍜🍜 $") == ["👩‍💻", "❤️", "🍜🍜", "$"]
+    assert symbol_terms("where do I live?") == []
+    assert all(is_symbol_term(t) for t in symbol_terms("a🐶b 🐱"))
+
+
+@given(st.text(max_size=200))
+def test_symbol_terms_never_raise_and_hold_no_word(text: str) -> None:
+    from elastimem.text import MAX_QUERY_TERMS, is_symbol_term, symbol_terms
+
+    terms = symbol_terms(text)
+    assert len(terms) <= MAX_QUERY_TERMS and len(set(terms)) == len(terms)
+    assert all(term and is_symbol_term(term) for term in terms)
+
+
+def test_a_query_of_emoji_finds_the_facts_that_hold_them(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    """Before: recall("🍜") answered [] although a fact value held 🍜 (the keyword indexes
+    split text at symbols, and the query had no word to search for)."""
+    mem = make_store()
+    mem.remember("lunch", "ramen 🍜 twice a week")
+    mem.remember("pet", "a dog 🐶 called Biscuit")
+    mem.remember("color", "teal")
+    assert [h.text for h in mem.recall("🍜")] == ["lunch: ramen 🍜 twice a week"]
+    assert [h.text for h in mem.recall("🐶", kinds=["fact"])] == ["pet: a dog 🐶 called Biscuit"]
+    assert mem.recall("🦄") == []
