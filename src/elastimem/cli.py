@@ -175,8 +175,8 @@ def emit(
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", metavar="PATH", help="Store file, or a postgresql:// "
-              "address with --user (default: $ELASTIMEM_DB, else memory.db in the per-user "
-              "app folder). Only commands that store something create it.")  # fmt: skip
+              "address with --user (default: $ELASTIMEM_DB, else memory.db in the user's "
+              "data folder). Only commands that store something create it.")  # fmt: skip
 @click.option("--user", metavar="ID", help="Whose memory: required with a postgresql:// "
               "address; on a file, recorded as its owner and checked (default: "
               "$ELASTIMEM_USER).")  # fmt: skip
