@@ -614,43 +614,6 @@ def reindex(state: CliState, force: bool) -> None:
     emit(state, {"reindexed": count})
 
 
-@main.command()
-@click.option(
-    "--as",
-    "as_",
-    type=click.Choice(["dot", "html"]),
-    default="dot",
-    show_default=True,
-    help="DOT for Graphviz, or one self-contained HTML page.",
-)
-@click.option("-o", "--output", "out", metavar="FILE", help="Write here instead of stdout.")
-@pass_state
-def graph(state: CliState, as_: str, out: str | None) -> None:
-    """Draw the entity graph (you, the people, places and things you mentioned).
-
-    \b
-    Example:
-      elastimem graph --as dot | dot -Tsvg > graph.svg
-      elastimem graph --as html -o graph.html
-    """
-    if out and out != "-":
-        _refuse_the_store_as_output(state, out)
-    with state.store() as mem:
-        text = mem.render_graph(as_)
-    if out and out != "-":
-        try:
-            target = Path(out).expanduser()
-            # The graph names the people and places of a private memory: a new file is made
-            # 0600 like an export; an existing one keeps the mode its owner gave it.
-            files.create_private_file(str(target))
-            target.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {out} ({exc.strerror})") from exc
-        click.echo(f"wrote {out}", err=True)
-    else:
-        click.echo(text, nl=not text.endswith("\n"))
-
-
 def _llm_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--llm-key", envvar="ELASTIMEM_LLM_API_KEY", metavar="KEY",
                       help="API key for the endpoint, if it needs one "
@@ -886,9 +849,11 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_graph import graph_command  # noqa: E402 - below what it is built from
 from .server.command import serve_command  # noqa: E402 - below what it is built from
 
 main.add_command(serve_command(pass_state, _llm_options, _make_llm))
+main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
 
 if __name__ == "__main__":  # pragma: no cover
     main()

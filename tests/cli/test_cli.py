@@ -386,13 +386,30 @@ def test_graph_export(tmp_path: Path, db: str) -> None:
     dot = run("--db", db, "graph")
     assert dot.returncode == 0, dot.stderr.decode()
     text = dot.stdout.decode()
-    assert "digraph elastimem" in text and "(you)" in text and "sister_of" in text
+    assert "digraph elastimem" in text and "(you)" in text and 'label="sister of"' in text
+    assert b"empty" not in dot.stderr
     out = tmp_path / "graph.html"
-    page = run("--db", db, "graph", "--as", "html", "-o", str(out))
+    page = run("--db", db, "graph", "-o", str(out))  # the extension picks the format
     assert page.returncode == 0 and page.stdout == b""
+    assert "(html)" in page.stderr.decode()
     html = out.read_text("utf-8")
+    assert html.startswith("<!DOCTYPE html>")
     assert "&lt;b&gt;" in html and "<b>" not in html.split("<body", 1)[-1].split("</style>")[-1]
     assert "http://" not in html and "https://" not in html.replace("http://www.w3.org", "")
+
+
+def test_graph_of_a_store_without_an_llm_says_how_it_is_built(tmp_path: Path) -> None:
+    db = str(tmp_path / "plain.db")
+    assert run("--db", db, "remember", "city", "Chicago").returncode == 0
+    dot = run("--db", db, "graph")
+    assert dot.returncode == 0 and b"digraph elastimem" in dot.stdout
+    assert b"built by an LLM (--llm-url" in dot.stderr
+    out = tmp_path / "g.dot"
+    forced = run("--db", db, "graph", "--as", "dot", "-o", str(out))
+    assert forced.returncode == 0 and out.read_text("utf-8").startswith("digraph")
+    page = tmp_path / "g.HTM"
+    assert run("--db", db, "graph", "-o", str(page)).returncode == 0
+    assert 'data-empty="1"' in page.read_text("utf-8")
 
 
 def test_demo_output(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ Owns: names and their index (``names``), the fact token index (``facts_index``),
 and what it keeps between queries (``neighbourhoods``), the query-time ``Signal``
 (``signal``), writes from extraction and the link job (``writes``), maintenance: decay,
 merges, clusters and the consolidation steps (``maintenance``), the timeline key
-(``timeline``), and the HTML/DOT view (``view``, imported on its own). Its rows are read and
+(``timeline``), and the pictures, imported on their own: one read of the graph
+(``snapshot``), names, types and relations as people read them (``display``), DOT (``view``)
+and the HTML page (``picture``). Its rows are read and
 written through ``tx.graph`` (``storage.graph.GraphRows``) only.
 May import: the base modules, policy and ``storage``. Never ``runtime``, ``retrieval`` or
 anything above them; what those layers own (the LLM gate, the ranking's filters) comes in as

@@ -106,11 +106,26 @@ def is_self_name(name: object) -> bool:
     return folded in SELF_NAMES or _canonicalize(name) in SELF_NAMES
 
 
+# The words models use for the four types ("organization", "company", "city"…): without
+# them an organisation an LLM calls "organization" would be drawn and matched as "entity".
+TYPE_SYNONYMS = {
+    **{word: "person" for word in ("people", "human", "individual", "family member",
+                                   "relative", "friend", "colleague", "contact")},
+    **{word: "place" for word in ("location", "city", "town", "country", "region", "state",
+                                  "address", "neighbourhood", "neighborhood", "venue", "gpe")},
+    **{word: "org" for word in ("organization", "organisation", "company", "business",
+                                "employer", "institution", "school", "university", "hospital",
+                                "clinic", "agency", "firm", "corporation", "team", "band")},
+    **{word: "thing" for word in ("object", "item", "product", "animal", "pet", "device")},
+}  # fmt: skip
+
+
 def _node_type(value: object) -> str:
     if isinstance(value, str):
-        folded = value.strip().casefold()
+        folded = " ".join(value.strip().casefold().replace("_", " ").split())
         if folded in NODE_TYPES:
             return folded
+        return TYPE_SYNONYMS.get(folded, DEFAULT_TYPE)
     return DEFAULT_TYPE
 
 
