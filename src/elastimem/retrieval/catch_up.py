@@ -8,8 +8,8 @@ that have no vector yet (at most ``CATCH_UP_CHUNKS`` and ``CATCH_UP_FACTS``: a b
 thousands stays the worker's, the query pays for the last few writes only) and stores them,
 as the embed job would, so the worker finds them done and the query's vector legs see them.
 
-Bounded in time (``CATCH_UP_TIMEOUT_SECONDS``, through the query watchdog), never raising: a
-failure leaves the items to the worker and the query to what is stored. Called by the one
+Bounded in time (``CATCH_UP_TIMEOUT_SECONDS``; a host embedder like a query vector) and never
+raising: a failure leaves the items to the worker and the query to what is stored. Called by the one
 query path (``query.rank_query``) and by ``build_context`` before they start their legs.
 """
 
@@ -21,6 +21,7 @@ from ..governor import MemoryProfile
 from ..index.vectors import passage_texts, write_vectors
 from ..memory import fact_vectors
 from ..runtime.services import Services, active_dim, vector_gate
+from . import legs
 
 logger = logging.getLogger("elastimem")
 
@@ -30,10 +31,10 @@ logger = logging.getLogger("elastimem")
 # next query finds them stored.
 CATCH_UP_CHUNKS = 32
 CATCH_UP_FACTS = fact_vectors.WAITING_FACTS_LIMIT
-# Longer than a query vector's 3 s: up to 64 passages, and the model's first call in a
-# process allocates its buffers (over 3 s on a machine whose two cores ran 12 jobs, which
-# left the turn to the worker and the answer without it). A hung embedder costs this once:
-# the watchdog then skips every later call until it returns.
+# For the built-in model, longer than a query vector's 3 s: up to 64 passages, and the
+# model's first call in a process allocates its buffers (over 3 s on a machine whose two
+# cores ran 12 jobs, which left the turn to the worker and the answer without it). A host
+# embedder may hang (tests/reliability/test_faults.py): it gets the query vector's bound.
 CATCH_UP_TIMEOUT_SECONDS = 10.0
 
 
@@ -66,8 +67,13 @@ def embed_waiting(
         texts = chunk_texts + [fact_vectors.fact_text(k, v) for _, k, v in fact_rows]
         if not texts:
             return 0
+        timeout = (
+            CATCH_UP_TIMEOUT_SECONDS
+            if source.host_embed is None
+            else legs.QUERY_EMBED_TIMEOUT_SECONDS
+        )
         matrix = services.query_watchdog.call(
-            CATCH_UP_TIMEOUT_SECONDS, source.embed_passages, texts, count_failure=False
+            timeout, source.embed_passages, texts, count_failure=False
         )
         if matrix.shape[0] != len(texts) or (dim is not None and matrix.shape[1] != dim):
             return 0
