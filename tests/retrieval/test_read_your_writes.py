@@ -111,10 +111,9 @@ def test_only_the_newest_few_dozen_are_embedded_for_a_query(
         assert mem.stats()["embedded_chunks"] == before + CATCH_UP_CHUNKS
 
 
-def test_build_context_and_aio_read_their_writes(
+def test_build_context_reads_its_writes(
     make_store: Callable[..., elastimem.Elastimem],
 ) -> None:
-    import asyncio
 
     with busy_worker(make_store) as (mem, _concept):
         mem.record_turn("I moved to Lisbon", "Nice!")
@@ -122,6 +121,10 @@ def test_build_context_and_aio_read_their_writes(
         mem.begin_session()
         plan = mem.build_context("so where do I live these days?")
         assert "Lisbon" in plan.sections["relevant_past_moments"]
+
+
+def test_aio_reads_its_writes(make_store: Callable[..., elastimem.Elastimem]) -> None:
+    import asyncio
 
     with busy_worker(make_store) as (mem, _concept):
         amem = elastimem.aio.AsyncElastimem(mem)
