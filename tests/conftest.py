@@ -39,7 +39,7 @@ ENV_VARS = (
 @pytest.fixture(scope="session")
 def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ELASTIMEM_CACHE_DIR for the whole run: the built-in model is converted to ONNX
-    once per session (seconds of torch), not once per test that loads it."""
+    once per session (~2 s), not once per test that loads it."""
     return tmp_path_factory.mktemp("elastimem_cache")
 
 

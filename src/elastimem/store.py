@@ -522,7 +522,7 @@ class Elastimem(Browsing):
             return []
 
     def has_vectors(self, model_prefix: str = "") -> bool:
-        """Whether a chunk has a vector of a model whose label starts with ``model_prefix``."""
+        """Whether a chunk or fact has a vector whose model label starts with ``model_prefix``."""
         self._check_open()
         return store_checks.has_vectors(self._db, model_prefix)
 

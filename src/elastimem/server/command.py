@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from .. import cli_paths
 from ..errors import ElastimemError
 from .ops_cli import OpsOptions, check_metrics_key, ops_options
 
@@ -97,7 +98,7 @@ def serve_command(
         target = (
             state.db
             or os.environ.get("ELASTIMEM_DB")
-            or os.path.join(click.get_app_dir("elastimem"), "users")
+            or cli_paths.default_path("users")
         )
         store_options: dict[str, Any] = {"disable_builtin_embedder": no_embedder}
         llm = make_llm(llm_url, llm_model, llm_key)
