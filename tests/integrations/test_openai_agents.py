@@ -219,15 +219,27 @@ def test_async_store_and_a_new_process_see_the_same_history(tmp_path: Path) -> N
     assert "Rooftop bees!" in json.loads(out[1])[0]
 
 
-def test_a_postgres_store_needs_a_history(
-    make_store: Callable[..., elastimem.Elastimem], store_backend: str
+def test_the_default_history_works_on_both_backends_and_outlives_the_session(
+    make_store: Callable[..., elastimem.Elastimem], store_backend: str, tmp_path: Path
 ) -> None:
+    """No history= needed: beside the store file, or for a PostgreSQL store in a private
+    file of the data folder; a new session object (as in a new process) reads it back."""
     mem = make_store()
-    if store_backend == "sqlite":
-        ElastimemSession("x", mem).close()
-    else:
+    first = ElastimemSession("x", mem)
+    asyncio.run(first.add_items(ITEMS))
+    first.close()
+    again = ElastimemSession("x", mem)
+    assert asyncio.run(again.get_items()) == ITEMS
+    other_user = make_store(path=tmp_path / "other.db")
+    assert asyncio.run(ElastimemSession("x", other_user).get_items()) == []
+    again.close()
+    if store_backend == "postgres":
+        folder = Path(os.environ["XDG_DATA_HOME"]) / "elastimem" / "agent-sessions"
+        files = list(folder.iterdir())
+        assert files and all(f.stat().st_mode & 0o077 == 0 for f in files)
+    else:  # an in-memory store has no file to keep a history beside
         with pytest.raises(ValueError, match="history="):
-            ElastimemSession("x", mem)
+            ElastimemSession("x", make_store(path=":memory:"))
 
 
 @pytest.mark.embedder

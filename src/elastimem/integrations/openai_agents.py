@@ -10,8 +10,10 @@
 Two memories with two jobs. The SDK's session history (the exact items a run adds, read back
 in order as the next run's input) is short-term and kept by an Agents SDK session that holds
 JSON items as they are: by default the SDK's own ``SQLiteSession`` in a file beside the store
-(``<store>.agent-sessions.sqlite``, so it survives a new process); on a PostgreSQL store pass
-``history=`` (for example the SDK's ``SQLAlchemySession`` on the same server). The long-term
+(``<store>.agent-sessions.sqlite``, so it survives a new process); for a PostgreSQL store in a
+private file of this machine's data folder (``$XDG_DATA_HOME/elastimem/agent-sessions/``, one
+per server address), which suits one host; where several hosts serve one conversation pass
+``history=`` (for example the SDK's ``SQLAlchemySession`` on a database they share). The long-term
 memory is elastimem's: every user and assistant message is recorded as a turn, so what was
 said is searchable with ``recall()``/``build_context()`` from any later session, and shows in
 export, the CLI, MCP and REST like any other turn. ``pop_item`` and ``clear_session`` act on
@@ -24,7 +26,9 @@ the history only: a turn once recorded is long-term memory (``mem.erase`` remove
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,21 @@ Memory = Elastimem | AsyncElastimem
 INDEX_WAIT_SECONDS = 5.0
 
 HISTORY_SUFFIX = ".agent-sessions.sqlite"
+HISTORY_FOLDER = "agent-sessions"
+
+
+def _local_history_file(address: str) -> str:
+    """The private history file of a server store on this machine: in the platform's data
+    folder (``$XDG_DATA_HOME/elastimem``, else ``~/.local/share/elastimem``), one per server
+    address (its digest: the address itself names a host and maybe a role)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    folder = base / "elastimem" / HISTORY_FOLDER
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    file = folder / (hashlib.sha256(address.encode("utf-8")).hexdigest()[:24] + ".sqlite")
+    if not file.exists():  # private like a store: it holds what was said
+        os.close(os.open(file, os.O_CREAT | os.O_WRONLY, 0o600))
+    return str(file)
 # Items read back, beyond the ones just added, for user messages still waiting for an answer.
 LOOKBACK = 20
 
@@ -116,14 +135,18 @@ class ElastimemSession:
 
     def _default_history(self) -> AgentsSession:
         path = self.mem.path
-        if "://" in path or not Path(path).exists():
+        if "://" in path:
+            file = _local_history_file(path)
+        elif Path(path).exists():
+            file = path + HISTORY_SUFFIX
+        else:
             raise ConfigError(
                 f"{path} is not a store file, so there is no file beside it for the session "
                 "history; pass history= (an Agents SDK session, e.g. SQLAlchemySession)"
             )
-        # Keyed by the store's user too: two users' stores may share a folder.
+        # Keyed by the store's user too: two users' stores may share a folder or a server.
         key = f"{self.mem.user_id or ''}/{self.session_id}"
-        return SQLiteSession(key, path + HISTORY_SUFFIX, session_settings=self.session_settings)
+        return SQLiteSession(key, file, session_settings=self.session_settings)
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The items added so far, oldest first (the last ``limit`` of them)."""
