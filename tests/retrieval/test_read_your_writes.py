@@ -117,7 +117,7 @@ def test_build_context_reads_its_writes(
 
     with busy_worker(make_store) as (mem, _concept):
         mem.record_turn("I moved to Lisbon", "Nice!")
-        mem.end_session()  # past moments come from earlier sessions
+        mem.end_session(wait=False)  # past moments come from earlier sessions (the worker is held)
         mem.begin_session()
         plan = mem.build_context("so where do I live these days?")
         assert "Lisbon" in plan.sections["relevant_past_moments"]
