@@ -98,6 +98,21 @@ def normalise_fact_cosines(rows: list[tuple[int, float]]) -> dict[int, float]:
     }
 
 
+def fact_vector_scores(rows: list[tuple[int, float]], share: float = 1.0) -> dict[int, float]:
+    """The facts' vector leg: ``normalise_fact_cosines``, and on a small store (``share``
+    < 1, as for its chunks) mostly the chunks' absolute scale (``absolute_cosines``), so a
+    fact and an exchange the model scores alike score alike: the bare model's comparison
+    ("Where do I work?" -> ``employer`` rather than an exchange about the office)."""
+    facts = normalise_fact_cosines(rows)
+    if share >= 1.0:
+        return facts
+    chunks = absolute_cosines(rows)
+    mixed = {
+        fid: share * facts.get(fid, 0.0) + (1.0 - share) * min(1.0, s) for fid, s in chunks.items()
+    }
+    return {fid: s for fid, s in mixed.items() if s > 0.0}
+
+
 def gate_keyword(
     keyword: dict[int, float], found: list[tuple[int, float]], share: float
 ) -> dict[int, float]:
@@ -118,6 +133,11 @@ def gate_keyword(
     }
 
 
+class OwnTextCosines(list[tuple[int, float]]):
+    """A vector leg's ``(chunk_id, cosine)`` rows taken on each chunk's own text
+    (``own_text.rescore``): no chunk rides on the turn before it, so ``unride`` leaves them."""
+
+
 # Tuned on the tuning part of benchmarks/data/small_stores.json (top-1, SQLite): 0 0.777,
 # 0.3 0.813, 0.5 0.799, 1.0 0.770 (see the record in benchmarks/README.md).
 RIDE_SHARE = 0.3
@@ -133,8 +153,11 @@ def unride(
     about scores nearly as high, or higher ("Do I own any animals?" -> the ramen exchange
     embedded with the collie one). The part of the previous chunk's cosine that is its own
     (above the cosine of the chunk before *it*, its own context) is what the next one may
-    owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine.
+    owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine. Cosines already
+    taken on the chunks' own texts (``OwnTextCosines``) owe nothing and are returned as given.
     """
+    if isinstance(found, OwnTextCosines):
+        return found
     cosine = dict(found)
     by_session: dict[int, list[int]] = {}
     for cid, session_id, _created, _importance in rows:
