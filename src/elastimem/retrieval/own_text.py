@@ -47,6 +47,8 @@ def rescore(
     vectors = _own_vectors(services, label, int(query.shape[0]), list(texts.values()))
     if vectors is None:
         return found
+    # The own cosine replaces the passage one (a blend kept some of the ride: tuning part
+    # top-1 0.871 at 1.0 and at 0.7, 0.878 at 0.85, one question apart; the simplest is kept).
     rows = [
         (cid, float(np.dot(vectors[texts[cid]], query)) if cid in texts else cosine)
         for cid, cosine in found

@@ -72,7 +72,6 @@ from .boosts import mentions_time as mentions_time
 from .scale import FACT_COSINE_FLOOR as FACT_COSINE_FLOOR
 from .scale import FACT_COSINE_FULL as FACT_COSINE_FULL
 from .scale import (
-    fact_vector_scores,
     gate_keyword,
     normalise_fact_cosines,
     normalise_vector_scores,
@@ -462,7 +461,7 @@ def fuse_fact_legs(
     ran, as for chunks (the vector leg ran when ``found`` is not None). On a small store
     (``share`` < 1, scale.py) the keyword leg weighs and is gated as the chunks' is, so a
     fact and a chunk of one query are on one scale."""
-    vector = fact_vector_scores(found, share) if found is not None else {}
+    vector = normalise_fact_cosines(found) if found is not None else {}
     fts_weight = weights.fts
     if found is not None and share < 1.0:
         fts_weight *= share

@@ -98,21 +98,6 @@ def normalise_fact_cosines(rows: list[tuple[int, float]]) -> dict[int, float]:
     }
 
 
-def fact_vector_scores(rows: list[tuple[int, float]], share: float = 1.0) -> dict[int, float]:
-    """The facts' vector leg: ``normalise_fact_cosines``, and on a small store (``share``
-    < 1, as for its chunks) mostly the chunks' absolute scale (``absolute_cosines``), so a
-    fact and an exchange the model scores alike score alike: the bare model's comparison
-    ("Where do I work?" -> ``employer`` rather than an exchange about the office)."""
-    facts = normalise_fact_cosines(rows)
-    if share >= 1.0:
-        return facts
-    chunks = absolute_cosines(rows)
-    mixed = {
-        fid: share * facts.get(fid, 0.0) + (1.0 - share) * min(1.0, s) for fid, s in chunks.items()
-    }
-    return {fid: s for fid, s in mixed.items() if s > 0.0}
-
-
 def gate_keyword(
     keyword: dict[int, float], found: list[tuple[int, float]], share: float
 ) -> dict[int, float]:
