@@ -18,6 +18,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .vector_hits import VectorHits
+
 # A few small stores' worth (a small pool is under 50 chunks): 1.5 MB at 384 dimensions.
 OWN_TEXT_CACHE_SIZE = 1024
 
@@ -49,3 +51,29 @@ class OwnTextVectors:
     def __len__(self) -> int:
         with self._lock:
             return len(self._vectors)
+
+
+class OwnTextHits(VectorHits):
+    """A vector leg's answer re-scored on the chunks' own texts: ``[(chunk_id, cosine)]``
+    with ``vectors_of`` handing over the own-text vectors (the feedback term reads like the
+    cosines), and the original search's ``within`` (``retrieval/span_pool.py``)."""
+
+    def __init__(
+        self,
+        hits: list[tuple[int, float]],
+        vectors: dict[int, np.ndarray],
+        dim: int,
+        original: list[tuple[int, float]],
+    ) -> None:
+        within = original.within if isinstance(original, VectorHits) else None
+        super().__init__(hits, self._vectors_of, within)
+        self._vectors = vectors
+        self._dim = dim
+
+    def _vectors_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        held = np.fromiter((int(i) in self._vectors for i in ids), dtype=bool, count=ids.size)
+        matrix = np.zeros((ids.size, self._dim), dtype=np.float32)
+        for n, cid in enumerate(ids.tolist()):
+            if held[n]:
+                matrix[n] = self._vectors[cid]
+        return held, matrix

@@ -20,9 +20,9 @@ import logging
 
 import numpy as np
 
+from ..index.own_text import OwnTextHits
 from ..runtime.services import Services
 from ..storage.tx import Tx
-from .scale import OwnTextCosines
 
 logger = logging.getLogger("elastimem")
 
@@ -49,12 +49,12 @@ def rescore(
         return found
     # The own cosine replaces the passage one (a blend kept some of the ride: tuning part
     # top-1 0.871 at 1.0 and at 0.7, 0.878 at 0.85, one question apart; the simplest is kept).
+    own = {cid: vectors[text] for cid, text in texts.items()}
     rows = [
-        (cid, float(np.dot(vectors[texts[cid]], query)) if cid in texts else cosine)
-        for cid, cosine in found
+        (cid, float(np.dot(own[cid], query)) if cid in own else cosine) for cid, cosine in found
     ]
     rows.sort(key=lambda row: (-row[1], -row[0]))
-    return OwnTextCosines(rows)
+    return OwnTextHits(rows, own, int(query.shape[0]), found)
 
 
 def _own_vectors(

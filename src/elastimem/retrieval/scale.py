@@ -16,6 +16,8 @@ are few at any store size.
 
 from __future__ import annotations
 
+from ..index.own_text import OwnTextHits
+
 # The chunks' absolute cosine scale (all-MiniLM-L6-v2), on the tuning part of
 # benchmarks/data/small_stores.json: see the record in rank.py (issue 26).
 CHUNK_COSINE_FLOOR = 0.15
@@ -118,11 +120,6 @@ def gate_keyword(
     }
 
 
-class OwnTextCosines(list[tuple[int, float]]):
-    """A vector leg's ``(chunk_id, cosine)`` rows taken on each chunk's own text
-    (``own_text.rescore``): no chunk rides on the turn before it, so ``unride`` leaves them."""
-
-
 # Tuned on the tuning part of benchmarks/data/small_stores.json (top-1, SQLite): 0 0.777,
 # 0.3 0.813, 0.5 0.799, 1.0 0.770 (see the record in benchmarks/README.md).
 RIDE_SHARE = 0.3
@@ -139,9 +136,10 @@ def unride(
     embedded with the collie one). The part of the previous chunk's cosine that is its own
     (above the cosine of the chunk before *it*, its own context) is what the next one may
     owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine. Cosines already
-    taken on the chunks' own texts (``OwnTextCosines``) owe nothing and are returned as given.
+    taken on the chunks' own texts (``index.own_text.OwnTextHits``) owe nothing: returned
+    as given.
     """
-    if isinstance(found, OwnTextCosines):
+    if isinstance(found, OwnTextHits):
         return found
     cosine = dict(found)
     by_session: dict[int, list[int]] = {}
