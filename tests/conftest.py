@@ -31,13 +31,15 @@ ENV_VARS = (
     "ELASTIMEM_LLM_URL",
     "ELASTIMEM_LLM_MODEL",
     "ELASTIMEM_LLM_API_KEY",
+    "ELASTIMEM_KEY",
+    "ELASTIMEM_KEY_FILE",
 )
 
 
 @pytest.fixture(scope="session")
 def model_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ELASTIMEM_CACHE_DIR for the whole run: the built-in model is converted to ONNX
-    once per session (seconds of torch), not once per test that loads it."""
+    once per session (~2 s), not once per test that loads it."""
     return tmp_path_factory.mktemp("elastimem_cache")
 
 
@@ -156,6 +158,15 @@ def store_path(tmp_path: Path) -> Path:
 # ``sqlite_only``.
 
 STORE_BACKENDS = ("sqlite", "postgres")
+# Issue 31: the API test modules (behaviour, not files) also run once on an encrypted SQLite
+# file (SQLCipher, extra ``encrypt``), opened with this passphrase.
+ENCRYPTED_BACKEND = "sqlcipher"
+ENCRYPTED_MODULE_DIRS = ("api",)
+TEST_STORE_KEY = rows.TEST_STORE_KEY
+# Tests of those modules that open stores themselves (elastimem.open, open_user, aio) run once
+# more with ELASTIMEM_KEY set, so every store they open is encrypted (``at_rest``); except in
+# the modules about the file and the export format themselves.
+PLAIN_FILE_MODULES = ("test_open.py", "test_portability.py", "test_backend_round_trip.py")
 
 # Set by .ci/run: a PostgreSQL server that cannot be started fails the run instead of
 # skipping the PostgreSQL half.
@@ -166,7 +177,32 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "store_backend" in metafunc.fixturenames:
         only_sqlite = metafunc.definition.get_closest_marker("sqlite_only") is not None
         backends = STORE_BACKENDS[:1] if only_sqlite else STORE_BACKENDS
+        plain_bytes = metafunc.definition.get_closest_marker("plain_file") is not None
+        if (
+            not only_sqlite
+            and not plain_bytes
+            and metafunc.definition.path.parent.name in ENCRYPTED_MODULE_DIRS
+        ):
+            backends = (*backends, ENCRYPTED_BACKEND)
         metafunc.parametrize("store_backend", backends, scope="function")
+    elif (
+        metafunc.definition.path.name not in PLAIN_FILE_MODULES
+        and metafunc.definition.path.parent.name in ENCRYPTED_MODULE_DIRS
+        and metafunc.definition.get_closest_marker("plain_file") is None
+        and metafunc.definition.get_closest_marker("sqlite_only") is None
+    ):
+        metafunc.parametrize("at_rest", ["plain", ENCRYPTED_BACKEND], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def at_rest(request: pytest.FixtureRequest, isolated_env: Path) -> str:
+    """"plain", or "sqlcipher": ELASTIMEM_KEY is set, so every SQLite store the test opens
+    (in this process or a child) is encrypted with ``TEST_STORE_KEY`` (issue 31)."""
+    mode = str(getattr(request, "param", "plain"))
+    if mode == ENCRYPTED_BACKEND:
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setenv("ELASTIMEM_KEY", TEST_STORE_KEY)
+    return mode
 
 
 @pytest.fixture(scope="session")
@@ -246,7 +282,8 @@ def make_store(
 ) -> Iterator[Callable[..., elastimem.Elastimem]]:
     """Open stores (no built-in embedder) on the test's backend; all closed afterwards.
 
-    On SQLite ``path`` is the store's file (``store_path`` by default). On PostgreSQL every
+    On SQLite ``path`` is the store's file (``store_path`` by default); on "sqlcipher" it is
+    an encrypted file opened with ``TEST_STORE_KEY``. On PostgreSQL every
     distinct ``path`` of the test is a new user of the session's database, and the same
     ``path`` opens that user again (``":memory:"`` is a new user each time).
     """
@@ -257,6 +294,10 @@ def make_store(
     def factory(path: str | Path | None = None, **kw: Any) -> elastimem.Elastimem:
         kw.setdefault("disable_builtin_embedder", True)
         where = str(path or store_path)
+        if store_backend == ENCRYPTED_BACKEND:
+            kw.setdefault("key", TEST_STORE_KEY)
+            if where != ":memory:":
+                rows.ENCRYPTED_PATHS.add(os.path.realpath(where))
         if url is None:
             mem = elastimem.Elastimem(where, **kw)
         else:

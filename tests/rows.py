@@ -26,6 +26,13 @@ BUSY_TIMEOUT_S = 10.0
 # ``postgres_url`` fixture: a store's own ``path`` hides the password.
 POSTGRES_URLS: list[str] = []
 
+# Encrypted store files (the "sqlcipher" backend of ``make_store``, issue 31) and their key:
+# the test's connection to such a file is an SQLCipher one with that key. Registered by
+# path, not found by reading the file: a plain open()/close() of a file this process has
+# open drops SQLite's locks on it (storage/sqlite/connection.py).
+TEST_STORE_KEY = "correct horse battery staple"
+ENCRYPTED_PATHS: set[str] = set()
+
 
 def _is_postgres(store: Any) -> bool:
     return not isinstance(store, (str, os.PathLike)) and str(store.path).startswith("postgres")
@@ -107,6 +114,21 @@ def _path_of(store: Any) -> str:
     return path
 
 
+def file_connection(path: str | os.PathLike[str], **kw: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(path, **kw)``; for an encrypted test store (``ENCRYPTED_PATHS``, or
+    any store while the test runs with ``ELASTIMEM_KEY`` set: conftest's ``at_rest``), an
+    SQLCipher connection keyed with that key."""
+    key = TEST_STORE_KEY if os.path.realpath(path) in ENCRYPTED_PATHS else None
+    key = key or os.environ.get("ELASTIMEM_KEY")
+    if key is None:
+        return sqlite3.connect(path, **kw)
+    from sqlcipher3 import dbapi2
+
+    conn = dbapi2.connect(os.fspath(path), **kw)
+    conn.set_key(key.encode())
+    return conn  # type: ignore[no-any-return]
+
+
 @contextmanager
 def connect(store: Any) -> Iterator[sqlite3.Connection]:
     """A connection of the test's own to the store's file (``store``: an open store or a path);
@@ -115,7 +137,7 @@ def connect(store: Any) -> Iterator[sqlite3.Connection]:
         with _connect_postgres(store) as pg:
             yield pg
         return
-    conn = sqlite3.connect(_path_of(store), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    conn = file_connection(_path_of(store), timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -21,6 +21,7 @@ from .clock import SECONDS_PER_DAY, epoch_seconds, utcnow
 from .errors import ClosedError
 from .governor import MemoryProfile
 from .memory import procedural, semantic
+from .retrieval import catch_up
 from .retrieval import rank as retrieval
 from .retrieval.legs import fact_vector_leg, graph_signal, vector_leg
 from .retrieval.query import rank_query
@@ -164,6 +165,9 @@ def build_context_plan(services: Services, user_input: str, session_id: int | No
         if len(user_input.split()) >= config.min_retrieval_query_words:
             state["terms"] = query_terms(user_input)
         if state["terms"]:
+            # What was written just before still waits for its vectors: embedded now,
+            # before any read of the plan, so the legs find it by meaning.
+            catch_up.embed_waiting(services, profile)
             # Started first: the query is embedded on a helper thread while the graph and
             # the past moments' keyword legs are read.
             state["leg"] = vector_leg(services, user_input, profile)

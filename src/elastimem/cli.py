@@ -2,7 +2,7 @@
 
 Data commands print JSON by default and, with ``--format table``, lines and columns fitted
 to the terminal. The store comes from ``--db``, else ``ELASTIMEM_DB``, else ``memory.db`` in
-the per-user app folder; ``elastimem path`` prints which. Only commands that store something
+the data folder (``cli_paths``); ``elastimem path`` prints which. Only commands that store something
 (``remember``, ``import``, ``demo``, ``serve-mcp``) create a missing store; the others exit 1
 and create nothing. Exit codes: 0 success, 1 a runtime error (its message on stderr), a fact
 the guards refused, or ``forget``/``erase`` with nothing to act on, 2 a usage error. Long
@@ -28,23 +28,20 @@ from typing import Any
 
 import click
 
+from . import cli_paths, cli_values
 from . import cli_tables as tables
 from .arguments import check_user_id
+from .cli_paths import DB_ENV_VAR as DB_ENV_VAR
+from .cli_paths import USER_ENV_VAR
 from .errors import ConfigError, ElastimemError, StoreError
-from .storage.addresses import is_postgres_url, refuse_database_url
+from .storage.addresses import is_postgres_url
 from .storage.sqlite import files
 
-DB_ENV_VAR = "ELASTIMEM_DB"
-USER_ENV_VAR = "ELASTIMEM_USER"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DEMO_WAIT_SECONDS = 120.0
 # The label of every vector the built-in embedder made starts with this.
 BUILTIN_LABEL_PREFIX = "elastimem:"
 ALL = 2**63 - 1  # sessions(n=ALL): every session
-
-
-def default_db_path() -> str:
-    return os.path.join(click.get_app_dir("elastimem"), "memory.db")
 
 
 @dataclasses.dataclass
@@ -58,27 +55,7 @@ class CliState:
     def db_path(self) -> str:
         """The store's address: a file, ``~`` expanded and absolute (what ``path`` shows is
         what opens), or a ``postgresql://`` address as given (shown only by ``shown``)."""
-        if self.db is not None and not self.db.strip():
-            raise click.UsageError("--db is empty; pass the path of a store file")
-        raw = self.db or os.environ.get(DB_ENV_VAR) or default_db_path()
-        if is_postgres_url(raw):
-            if self.user_id() is None:
-                raise click.UsageError(
-                    "a PostgreSQL store holds many users' memory: pass --user ID (or set "
-                    f"{USER_ENV_VAR}) to say whose memory to use"
-                )
-            return raw
-        try:
-            refuse_database_url(raw)  # before realpath makes "mysql://h/db" a path
-        except ConfigError:
-            # Only the scheme: the rest of an address may hold a password.
-            scheme = raw.split(":", 1)[0]
-            raise click.ClickException(
-                f"{scheme}://… is an address, not a file path; pass the path of a store file, "
-                "':memory:' or a postgresql:// address"
-            ) from None
-        # realpath, as the store resolves it: a symlink shows the file that opens.
-        return raw if raw == ":memory:" else os.path.realpath(os.path.expanduser(raw))
+        return cli_paths.store_address(self.db, self.user_id)
 
     def user_id(self) -> str | None:
         """The checked ``--user`` (else ``ELASTIMEM_USER``), or None when neither is given."""
@@ -138,6 +115,11 @@ class CliState:
             overrides["tier_override"] = self.tier
         try:
             mem = Elastimem(path, create=create, user_id=self.user_id(), **overrides)
+        except StoreError as exc:
+            if is_postgres_url(path) and "(create=False)" in str(exc):  # the API's words
+                message = cli_paths.no_store(self.shown(), self.user_id())
+                raise click.ClickException(message) from None
+            raise click.ClickException(str(exc)) from exc
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         try:
@@ -151,11 +133,12 @@ class CliState:
 
     @contextmanager
     def search_store(self) -> Iterator[Any]:
-        """A store for ``recall``/``explain``: with the built-in embedder, warmed up, only
-        when the store holds vectors it made (§8.1); keyword search otherwise."""
+        """A store for ``recall``/``explain``: with the built-in embedder, warmed up, when
+        the store holds chunk or fact vectors it made or none at all yet (§8.1; what waits
+        for a vector is embedded for the query); keyword search beside another model's."""
         with self.store() as mem:
-            has_vectors = mem.has_vectors(BUILTIN_LABEL_PREFIX)
-        if not has_vectors:
+            builtin = mem.has_vectors(BUILTIN_LABEL_PREFIX) or not mem.has_vectors()
+        if not builtin:
             with self.store() as mem:
                 yield mem
             return
@@ -190,8 +173,8 @@ def emit(
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "db_path", metavar="PATH", help="Store file, or a postgresql:// "
-              "address with --user (default: $ELASTIMEM_DB, else memory.db in the per-user "
-              "app folder). Only commands that store something create it.")  # fmt: skip
+              "address with --user (default: $ELASTIMEM_DB, else memory.db in the user's "
+              "data folder). Only commands that store something create it.")  # fmt: skip
 @click.option("--user", metavar="ID", help="Whose memory: required with a postgresql:// "
               "address; on a file, recorded as its owner and checked (default: "
               "$ELASTIMEM_USER).")  # fmt: skip
@@ -229,7 +212,10 @@ def path(state: CliState) -> None:
     Example:
       ELASTIMEM_DB=~/agent.db elastimem path
     """
-    click.echo(state.shown())
+    shown = state.shown()
+    click.echo(shown)
+    if cli_paths.is_legacy(shown):  # found at the old default: kept, never replaced
+        click.echo(f"note: the default of earlier versions (new: {cli_paths.data_dir()})", err=True)
 
 
 @main.command()
@@ -263,6 +249,7 @@ def recall(state: CliState, query: str, k: int, kinds: tuple[str, ...], since: s
     Example:
       elastimem recall "what is my dog called?" -k 3 --kind chunk
     """
+    cli_values.require_text(query, "QUERY")
     with state.search_store() as mem:
         hits = mem.recall(query, k, kinds=list(kinds) or None, since=since, until=until,
                           min_score=min_score)  # fmt: skip
@@ -281,6 +268,7 @@ def explain(state: CliState, query: str, k: int) -> None:
     Example:
       elastimem explain "hiking with the dog"
     """
+    cli_values.require_text(query, "QUERY")
     with state.search_store() as mem:
         emit(state, mem.explain(query, k), table=tables.explain_table)
 
@@ -376,23 +364,29 @@ def context(state: CliState, text: str) -> None:
 def remember(state: CliState, key: str, value: str, source: str) -> None:
     """Store a fact (a new version if the key already has another value).
 
-    Prints the key as stored (keys are normalised: "Favorite Color" is favorite_color).
-    Creates the store if it does not exist. A fact the guards refuse exits 1 with the
-    reason on stderr.
+    Prints the key as stored (keys are normalised: "Favorite Color" is favorite_color; a
+    notice on stderr says what else was dropped). VALUE "-" reads stdin. Creates the store
+    if it does not exist. A fact the guards refuse exits 1 with the reason on stderr.
 
     \b
     Example:
       elastimem remember favorite_color teal
+      cat notes.txt | elastimem remember project_notes -
     """
     from .text import normalize_key, sanitize
 
+    value = cli_values.read_value(value)
     with state.store(create=True) as mem:
         changed, reason = mem.remember(key, value, source)
     # The same normalisation remember() applied: the key facts() and history will show.
     emit(state, {"changed": changed, "reason": reason, "key": normalize_key(sanitize(key))})
     if reason.startswith("rejected: "):
-        click.echo(f"Error: the fact was not stored: {reason.removeprefix('rejected: ')}", err=True)
+        why = cli_values.refusal(reason.removeprefix("rejected: "), value)
+        click.echo(f"Error: the fact was not stored: {why}", err=True)
         sys.exit(1)
+    notice = cli_values.key_notice(key)
+    if notice is not None:
+        click.echo(notice, err=True)
 
 
 @main.command()
@@ -485,8 +479,9 @@ def sessions(state: CliState, n: int) -> None:
 
 @main.command()
 @click.argument("file", metavar="FILE")
+@click.option("--plain", is_flag=True, help="Write an encrypted store's export unencrypted.")
 @pass_state
-def export(state: CliState, file: str) -> None:
+def export(state: CliState, file: str, plain: bool) -> None:
     """Write the whole store as JSON Lines to FILE (`-` for stdout).
 
     The file holds every session, message, chunk (with its vector), fact version, lesson,
@@ -503,7 +498,7 @@ def export(state: CliState, file: str) -> None:
         if file == "-":
             stream = getattr(sys.stdout, "buffer", sys.stdout)
             try:
-                counts = mem.export(stream)
+                counts = mem.export(stream, encrypt=False if plain else None)
                 stream.flush()
             except (StoreError, BrokenPipeError) as exc:
                 if not tables.broken_pipe(exc):
@@ -511,7 +506,7 @@ def export(state: CliState, file: str) -> None:
                 tables.quiet_stdout()  # a reader that stopped early (| head): not a failure
                 return
         else:
-            counts = mem.export(file)
+            counts = mem.export(file, encrypt=False if plain else None)
     if file == "-":
         click.echo(f"exported {sum(counts.values())} rows", err=True)
     else:
@@ -616,7 +611,7 @@ def reindex(state: CliState, force: bool) -> None:
     finally:
         finish()
     if count == 0 and embedder in ("none", "failed"):
-        click.echo("no usable embedder: install elastimem[embed] to enable vectors", err=True)
+        click.echo("no usable embedder: install elastimem[embed] and the model (README)", err=True)
     emit(state, {"reindexed": count})
 
 
@@ -751,7 +746,7 @@ def _run_demo(mem: Any, data: dict[str, Any], *, kept: bool, llm: Any) -> None:
     ready = mem.warm_up(timeout=DEMO_WAIT_SECONDS)
     label = mem.stats()["embedding_model"]
     _field("Embedder", label if ready and label else
-           "none: recall uses keyword search (install elastimem[embed] for meaning)")  # fmt: skip
+           "none: keyword search only (see the README's first command for meaning)")  # fmt: skip
     todo = _demo_sessions_to_record(mem, sessions)
     if todo:
         _record_demo(mem, todo)
@@ -854,7 +849,9 @@ def _plus_minutes(at: str, minutes: int) -> str:
     return format_ts(parse_moment(at) + timedelta(minutes=minutes))
 
 
+from .cli_crypt import register as register_crypt  # noqa: E402
 from .cli_graph import graph_command  # noqa: E402 - below what it is built from
+from .cli_keys import keys_group  # noqa: E402
 from .cli_ops import ops_commands  # noqa: E402 - below what it is built from
 from .cli_ui import ui_command  # noqa: E402
 from .server.command import serve_command  # noqa: E402 - below what it is built from
@@ -863,6 +860,8 @@ main.add_command(serve_command(pass_state, _llm_options, _make_llm))
 main.add_command(graph_command(pass_state, _refuse_the_store_as_output))
 main.commands.update(ops_commands(pass_state))  # backup, restore, verify
 main.add_command(ui_command(pass_state, _llm_options, _make_llm))
+main.add_command(keys_group)
+register_crypt(main, pass_state, emit)  # --key-file, encrypt, decrypt, rekey (issue 31)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

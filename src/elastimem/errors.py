@@ -6,6 +6,7 @@ Every error derives from :class:`ElastimemError`; the tree is::
     ├── ConfigError(ElastimemError, TypeError, ValueError)  bad option / argument / user id / `at`
     ├── StoreError(ElastimemError)                          storage failure (cause attached)
     │   ├── StoreLockedError(StoreError)                    busy/locked past the busy timeout
+    │   ├── EncryptionKeyError(StoreError)                  encrypted store: no key or wrong key
     │   └── SchemaTooNewError(StoreError, RuntimeError)     file from a newer elastimem
     ├── ClosedError(ElastimemError, RuntimeError)           any call after close()
     │   └── StoreClosedError(ClosedError, StoreError)       a read or write racing close()
@@ -35,6 +36,11 @@ class StoreError(ElastimemError):
 
 class StoreLockedError(StoreError):
     """The store stayed busy or locked past the busy timeout."""
+
+
+class EncryptionKeyError(StoreError):
+    """The store is encrypted and was opened without its key or with a wrong one, or a key
+    was given for a store that is not encrypted; the file was left exactly as it was."""
 
 
 class SchemaTooNewError(StoreError, RuntimeError):

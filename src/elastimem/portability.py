@@ -26,8 +26,9 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import IO, Any
 
@@ -43,6 +44,8 @@ from .runtime.services import Services
 from .storage.admin import upkeep
 from .storage.database import Database
 from .storage.sqlite import files, migrations
+from .storage.sqlite.cipher import CipherKey
+from .storage.sqlite.sealed import SealedReader, SealedWriter, looks_sealed
 from .storage.tx import Tx
 from .text import normalize_key, sanitize
 from .version import package_version
@@ -188,9 +191,14 @@ def _erase_session(tx: Tx, session_id: int, include_facts: bool, counts: dict[st
 # -- export ------------------------------------------------------------------------------------
 
 
-def export(services: Services, path_or_file: Any) -> dict[str, int]:
-    """Write the store as JSON Lines to a path or a file object; returns rows per table."""
+def export(services: Services, path_or_file: Any, *, encrypt: bool | None = None) -> dict[str, int]:
+    """Write the store as JSON Lines to a path or a file object; returns rows per table.
+
+    The export of an encrypted store is encrypted with its key (``storage.sqlite.sealed``)
+    unless ``encrypt`` is False; ``encrypt=True`` on a plain store is a ``ConfigError``.
+    """
     __version__ = package_version()
+    key = _export_key(services.db, encrypt)
     if isinstance(path_or_file, (str, os.PathLike)):
         raw: object = os.fspath(path_or_file)
         if not isinstance(raw, str) or not raw:
@@ -215,7 +223,7 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
             # is. Renaming a temp file over it replaced the device node with a file.
             try:
                 with open(target, "wb") as handle:
-                    return _export_to(services, _ByteSink(handle), __version__)
+                    return _export_into(services, handle, __version__, key)
             except OSError as exc:
                 raise StoreError(f"cannot write the export to {target} ({exc.strerror})") from exc
         folder = os.path.dirname(os.path.abspath(target))
@@ -226,8 +234,12 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
         except OSError as exc:
             raise StoreError(f"cannot write the export to {target} ({exc.strerror})") from exc
         try:
-            with os.fdopen(fd, "wb") as handle:
-                counts = _export_to(services, _ByteSink(handle), __version__)
+            if key is None:
+                with os.fdopen(fd, "wb") as handle:
+                    counts = _export_to(services, _ByteSink(handle), __version__)
+            else:
+                os.close(fd)  # SQLCipher opens the empty temp file itself
+                counts = _export_sealed(services, temp, key, __version__)
             try:
                 os.replace(temp, target)
             except OSError as exc:  # e.g. a folder created under that name meanwhile
@@ -241,7 +253,59 @@ def export(services: Services, path_or_file: Any) -> dict[str, int]:
         raise ConfigError(
             f"cannot export to {path_or_file!r}; pass a file path or a writable file object"
         )
-    return _export_to(services, _ByteSink(path_or_file), __version__)
+    return _export_into(services, path_or_file, __version__, key)
+
+
+def _export_key(database: Database, encrypt: bool | None) -> CipherKey | None:
+    if encrypt not in (None, True, False):
+        raise ConfigError(f"encrypt={encrypt!r} is invalid; pass True, False or None")
+    if encrypt and database.cipher is None:
+        raise ConfigError(
+            "encrypt=True needs an encrypted store (its key encrypts the export); open the "
+            "store with key=, or export it plain"
+        )
+    return None if encrypt is False else database.cipher
+
+
+def _export_sealed(services: Services, path: str, key: CipherKey, version: str) -> dict[str, int]:
+    """The export as an encrypted file at ``path`` (an empty file or none)."""
+    writer = SealedWriter(path, key)
+    try:
+        counts = _export_to(services, writer, version)  # type: ignore[arg-type]
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return counts
+
+
+def _export_into(
+    services: Services, handle: IO[Any], version: str, key: CipherKey | None
+) -> dict[str, int]:
+    """The export written into an open file object (a stream, a device)."""
+    if key is None:
+        return _export_to(services, _ByteSink(handle), version)
+    if isinstance(handle, io.TextIOBase):
+        raise ConfigError(
+            "an encrypted export is binary: pass a binary file object, or encrypt=False"
+        )
+    # SQLCipher writes a file: it is built in a private temporary file (encrypted bytes
+    # only), then copied into the stream.
+    fd, temp = tempfile.mkstemp(prefix=".elastimem-export-")
+    os.close(fd)
+    try:
+        counts = _export_sealed(services, temp, key, version)
+        with open(temp, "rb") as source:
+            shutil.copyfileobj(source, handle)
+        flush = getattr(handle, "flush", None)
+        if flush is not None:
+            flush()
+    except OSError as exc:
+        raise StoreError(f"the export could not be written ({exc}); check the destination") from exc
+    finally:
+        with suppress(OSError):
+            os.unlink(temp)
+    return counts
 
 
 class _ByteSink:
@@ -330,9 +394,39 @@ def import_(
     if progress is not None and not callable(progress):
         raise ConfigError(f"progress={progress!r} is not callable; pass a function or None")
     with _open_input(path_or_file) as (handle, start):
+        if looks_sealed(handle.read(16)):
+            handle.seek(start)
+            return _import_sealed(services, handle, progress)
+        handle.seek(start)
         total = _count_data_lines(handle)
         handle.seek(start)
         return _import_lines(services, handle, total, progress)
+
+
+def _import_sealed(
+    services: Services, handle: IO[bytes], progress: Progress | None
+) -> dict[str, int]:
+    """Import an encrypted export, read with the importing store's own key."""
+    key = services.db.cipher
+    if key is None:
+        raise ImportFormatError(
+            "the export is encrypted (or is not an elastimem export); import it into a store "
+            "opened with the key of the store it came from"
+        )
+    # SQLCipher reads a file: the encrypted bytes are copied to a private temporary one.
+    fd, temp = tempfile.mkstemp(prefix=".elastimem-import-")
+    try:
+        with os.fdopen(fd, "wb") as copy:
+            shutil.copyfileobj(handle, copy)
+        reader = SealedReader(temp, key)
+        try:
+            total = max(0, reader.count - 2)
+            return _import_lines(services, reader.lines(), total, progress)
+        finally:
+            reader.close()
+    finally:
+        with suppress(OSError):
+            os.unlink(temp)
 
 
 @contextmanager
@@ -520,7 +614,7 @@ def _bad(line_no: int, what: str) -> ImportFormatError:
     return ImportFormatError(f"line {line_no} of the export {what}")
 
 
-def _lines(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
+def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON) for each line; malformed or truncated lines raise."""
     for line_no, raw in enumerate(handle, start=1):
         text_bytes = raw.rstrip(b"\n").rstrip(b"\r")
@@ -541,7 +635,7 @@ def _lines(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
 
 
 def _import_lines(
-    services: Services, handle: IO[bytes], total: int, progress: Progress | None
+    services: Services, handle: Iterable[bytes], total: int, progress: Progress | None
 ) -> dict[str, int]:
     database = services.db
     with database.atomic() as conn:

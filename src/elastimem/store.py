@@ -65,6 +65,7 @@ class Elastimem(Browsing):
         *,
         create: bool = True,
         user_id: str | None = None,
+        key: str | bytes | None = None,
         llm: Callable[..., str] | None = None,
         embedder: Callable[[list[str]], Any] | None = None,
         query_embedder: Callable[[str], Any] | None = None,
@@ -93,8 +94,7 @@ class Elastimem(Browsing):
         if embedder is None and not self._config.disable_builtin_embedder:
             builtin = BuiltinEmbedder()
         self._embedding = EmbeddingSource(embedder, query_embedder, builtin)
-
-        self._db = storage.open_database(path, create=create, user_id=user_id)
+        self._db = storage.open_database(path, create=create, user_id=user_id, key=key)
         try:
             self._user_id = lifecycle.claim_user(self._db, user_id)
         except BaseException:
@@ -522,7 +522,7 @@ class Elastimem(Browsing):
             return []
 
     def has_vectors(self, model_prefix: str = "") -> bool:
-        """Whether a chunk has a vector of a model whose label starts with ``model_prefix``."""
+        """Whether a chunk or fact has a vector whose model label starts with ``model_prefix``."""
         self._check_open()
         return store_checks.has_vectors(self._db, model_prefix)
 
@@ -558,11 +558,11 @@ class Elastimem(Browsing):
             include_facts=bool(include_facts),
         )
 
-    def export(self, path_or_file: Any) -> dict[str, int]:
+    def export(self, path_or_file: Any, *, encrypt: bool | None = None) -> dict[str, int]:
         self._check_open()
         from . import portability
 
-        return portability.export(self._services, path_or_file)
+        return portability.export(self._services, path_or_file, encrypt=encrypt)
 
     def import_(
         self, path_or_file: Any, progress: Callable[[int, int], None] | None = None

@@ -117,6 +117,37 @@ def query_terms(query: object) -> list[str]:
     return kept[:MAX_QUERY_TERMS]
 
 
+# Joiners and selectors inside an emoji sequence ("👩‍💻", "❤️"): part of the symbol run.
+_SYMBOL_JOINERS = frozenset("\u200d\ufe0e\ufe0f\u20e3")
+
+
+def symbol_terms(query: object) -> list[str]:
+    """The runs of symbols (emoji, currency and math signs: Unicode ``S*``) of a query.
+
+    The search terms of a query that has no word (``recall("🍜")``): the keyword indexes
+    split text at symbols, so these are matched as substrings of fact keys and values
+    (``rank.fact_keyword_leg``). ≤16, duplicates dropped.
+    """
+    text = unicodedata.normalize("NFC", sanitize(query))
+    runs: list[str] = []
+    current = ""
+    for char in text:
+        if unicodedata.category(char).startswith("S") or (current and char in _SYMBOL_JOINERS):
+            current += char
+            continue
+        if current:
+            runs.append(current)
+        current = ""
+    if current:
+        runs.append(current)
+    return list(dict.fromkeys(runs))[:MAX_QUERY_TERMS]
+
+
+def is_symbol_term(term: str) -> bool:
+    """Whether ``term`` came from :func:`symbol_terms` (no letter or digit in it)."""
+    return _WORD_RUN.search(term) is None
+
+
 def normalize_key(key: str) -> str:
     """Normalise a fact key (§5.4): NFKC, casefold, strip, ``_`` joins, letters/digits/_ only."""
     text = unicodedata.normalize("NFKC", sanitize(key)).casefold().strip()

@@ -22,6 +22,7 @@ from .errors import ConfigError
 from .lifecycle import owner_mismatch
 from .storage.addresses import is_postgres_url, refuse_database_url
 from .storage.sqlite import files
+from .storage.sqlite.cipher import resolve_key
 from .storage.sqlite.upkeep import peek_meta
 
 ROOT_MODE = files.FOLDER_MODE
@@ -48,11 +49,12 @@ def _root(root_dir: object) -> Path:
     return root
 
 
-def _recorded_user(path: Path) -> str | None:
+def _recorded_user(path: Path, key: object = None) -> str | None:
     """``meta.user_id`` of an existing store, read without writing anything (no locks, no
     ``-wal``/``-shm`` created). A value still in another process's WAL is missed here and
-    caught by the check after opening; a file that is not a store yet gives None."""
-    return peek_meta(path, "user_id")
+    caught by the check after opening; a file that is not a store yet gives None (and so does
+    an encrypted one whose key is wrong or missing: the open then refuses it)."""
+    return peek_meta(path, "user_id", resolve_key(key))
 
 
 def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
@@ -69,7 +71,7 @@ def open_user(root_dir: str | os.PathLike[str], user_id: str, **kw: Any) -> Any:
         raise ConfigError(f"user_id={user_id!r} would escape the root folder {root}")
     if target.exists():
         # Refuse another user's file before opening it (opening recovers and writes).
-        recorded = _recorded_user(target)
+        recorded = _recorded_user(target, kw.get("key"))
         if recorded is not None and recorded != user_id:
             raise owner_mismatch(str(target), recorded, user_id)
     return Elastimem(target, user_id=user_id, **kw)

@@ -45,6 +45,7 @@ def test_all_is_sorted_and_complete() -> None:
         "ImportFormatError",
         "LLMError",
         "EmbedderError",
+        "EncryptionKeyError",
         "__version__",
         "aio",
         "llms",

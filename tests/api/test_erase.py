@@ -17,7 +17,7 @@ from elastimem.clock import now_ts
 from elastimem.index.vectors import VectorIndex
 from elastimem.portability import ERASE_COUNT_KEYS
 from tests.conftest import HashEmbedder, wait_until
-from tests.rows import connect, is_postgres
+from tests.rows import connect, file_connection, is_postgres
 from tests.spies import instances_of
 
 # Lowercase ASCII with no suffix the porter stemmer would strip, so the FTS term, the stored
@@ -30,7 +30,7 @@ Factory = Callable[..., elastimem.Elastimem]
 
 def checkpoint(path: str) -> None:
     """Move the WAL's pages into the main file, from a connection of the test's own."""
-    conn = sqlite3.connect(path, timeout=10)
+    conn = file_connection(path, timeout=10)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -82,7 +82,7 @@ def table_hits(store: Any, needle: str = MARKER) -> list[str]:
                         if _cell_holds(value, needle):
                             hits.add(f"{name}.{column}")
             return sorted(hits)
-    conn = sqlite3.connect(store if isinstance(store, (str, Path)) else store.path)
+    conn = file_connection(store if isinstance(store, (str, Path)) else store.path)
     try:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         hits = set()
@@ -111,7 +111,7 @@ def fts_terms(store: Any, table: str) -> set[str]:
     if is_postgres(store):
         with connect(store) as pg:
             return {str(r[0]) for r in pg.execute(f"SELECT term FROM {POSTINGS[table]}")}
-    conn = sqlite3.connect(store if isinstance(store, (str, Path)) else store.path)
+    conn = file_connection(store if isinstance(store, (str, Path)) else store.path)
     try:
         conn.execute(f"CREATE VIRTUAL TABLE temp.v_{table} USING fts5vocab(main, {table}, 'row')")
         return {str(r[0]) for r in conn.execute(f"SELECT term FROM temp.v_{table}")}
@@ -252,6 +252,7 @@ def expected_session_counts(mem: elastimem.Elastimem, session_id: int) -> dict[s
         }
 
 
+@pytest.mark.plain_file  # reads the file's plain bytes: an encrypted file never shows them
 def test_erase_session_leaves_no_trace_anywhere(
     make_store: Factory, embedder: HashEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,7 +300,7 @@ def test_erase_session_leaves_no_trace_anywhere(
         assert not any(MARKER in term for term in fts_terms(mem, table))
     if is_postgres(mem):
         return  # no FTS5 to MATCH; the server keeps its own integrity and foreign keys
-    conn = sqlite3.connect(mem.path)
+    conn = file_connection(mem.path)
     try:
         for table in ("chunks_fts", "facts_fts"):
             matches = conn.execute(
@@ -494,6 +495,7 @@ def test_erase_with_fts_off_empties_the_stale_index(
     assert on.recall(MARKER) == []
 
 
+@pytest.mark.plain_file  # reads the file's plain bytes: an encrypted file never shows them
 @pytest.mark.parametrize("round_", range(8))
 def test_erase_leaves_no_copy_after_a_busy_workload(
     make_store: Factory, tmp_path: Path, round_: int
@@ -562,6 +564,7 @@ def vector_hits(store: Any, blobs: dict[str, bytes]) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.plain_file  # reads the file's plain bytes: an encrypted file never shows them
 def test_erase_leaves_no_fact_vector_in_the_file_or_its_wal(make_store: Factory) -> None:
     mem = make_store(embedder=DenseEmbedder())
     mem.remember("secret_word", MARKER)

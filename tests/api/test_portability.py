@@ -8,7 +8,6 @@ import io
 import json
 import os
 import re
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,15 +22,18 @@ from elastimem.clock import now_ts
 from elastimem.portability import EXPORT_TABLES
 from tests.conftest import HashEmbedder
 from tests.exports import for_target
-from tests.rows import connect, is_postgres
+from tests.rows import connect, file_connection, is_postgres
 
 Factory = Callable[..., elastimem.Elastimem]
+# These tests read and edit export files as JSON Lines; an encrypted store's export is an
+# SQLCipher file (issue 31), whose round trips tests/storage/test_encryption.py checks.
+pytestmark = pytest.mark.plain_file
 PK = {"meta": "key", "graph_mentions": "node_id, chunk_id", "fact_vectors": "fact_id"}
 TRICKY = 'Café ☕ — “quoted” "double" back\\slash\tTab line\u2028separator 😀 \x7f'
 
 
 def dump(path: str | Path, tables: tuple[str, ...] = EXPORT_TABLES) -> dict[str, list[tuple]]:
-    conn = sqlite3.connect(path)
+    conn = file_connection(path)
     try:
         out: dict[str, list[tuple]] = {}
         for table in tables:
@@ -233,7 +235,7 @@ def test_round_trip_is_lossless(
     target.close()
     if not is_postgres(target):
         assert dump(target_path) == dump(source_path)
-        conn = sqlite3.connect(target_path)
+        conn = file_connection(target_path)
         try:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             max_seq = conn.execute("SELECT max(embed_seq) FROM chunks").fetchone()[0]

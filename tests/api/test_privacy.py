@@ -72,6 +72,7 @@ def test_a_new_store_its_side_files_and_its_folders_are_private(
     assert shared_warnings(caplog) == []
 
 
+@pytest.mark.plain_file  # watches the sqlite3 module open the file
 def test_the_file_is_private_before_sqlite_opens_it(
     umask_022: None, base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -167,6 +168,7 @@ def _damage_meta_page(path: Path) -> None:
         handle.write(b"\xff" * page_size)
 
 
+@pytest.mark.plain_file  # an encrypted store is never set aside (test_encryption.py)
 @pytest.mark.parametrize("old_mode", [0o600, 0o644])
 def test_set_aside_copies_of_a_corrupt_store_are_private(
     umask_022: None, base: Path, old_mode: int, caplog: pytest.LogCaptureFixture
@@ -254,11 +256,13 @@ def test_the_default_cli_store_and_its_folders_are_private(base: Path) -> None:
     home = base / "home"
     home.mkdir()
     os.chmod(home, 0o755)
-    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+    data = home / ".local" / "share"  # the platform's data folder (issue 27)
+    env = {"HOME": str(home), "XDG_DATA_HOME": str(data)}
     done = cli("remember", "allergy", "peanuts", env=env)
     assert done.returncode == 0, done.stderr.decode()
-    store = home / ".config" / "elastimem" / "memory.db"
-    assert (mode(home / ".config"), mode(store.parent), mode(store)) == (0o700, 0o700, 0o600)
+    store = data / "elastimem" / "memory.db"
+    made = (home / ".local", data, store.parent)
+    assert [mode(p) for p in (*made, store)] == [0o700, 0o700, 0o700, 0o600]
     assert mode(home) == 0o755
     done = cli("stats", env=env)
     assert done.returncode == 0, done.stderr.decode()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import stat
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ import elastimem
 from elastimem import ConfigError, StoreError
 from elastimem.storage.sqlite import database as db_module
 from elastimem.users import check_user_id
-from tests.rows import connect
+from tests.rows import connect, file_connection
 
 ESCAPING_IDS = [
     "",
@@ -137,7 +136,7 @@ def test_existing_root_keeps_its_mode(tmp_path: Path) -> None:
 def test_user_id_is_recorded_in_meta(tmp_path: Path) -> None:
     with elastimem.open_user(tmp_path, "dave", disable_builtin_embedder=True):
         pass
-    conn = sqlite3.connect(tmp_path / "dave.db")
+    conn = file_connection(tmp_path / "dave.db")
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'user_id'").fetchone()
     finally:

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 import elastimem
-from elastimem import cli, cli_tables
+from elastimem import cli, cli_paths, cli_tables
 from tests.conftest import HashEmbedder
 from tests.rows import connect
 
@@ -49,9 +49,13 @@ SPEC_COMMANDS = {
     "lessons",
     "context",
     "ui",
+    "keys",
     "backup",  # the operator's commands (cli_ops)
     "restore",
     "verify",
+    "encrypt",  # issue 31: cli_crypt
+    "decrypt",
+    "rekey",
 }
 
 
@@ -328,7 +332,7 @@ def test_sessions_explain_and_default_path(tmp_path: Path) -> None:
     empty = run("--db", "", "path")
     assert empty.returncode == 2 and "--db is empty" in empty.stderr.decode()
     default = run("path").stdout.decode().strip()
-    assert default == os.path.join(click.get_app_dir("elastimem"), "memory.db")
+    assert default == os.path.join(cli_paths.data_dir(), "memory.db")
     with elastimem.Elastimem(env["ELASTIMEM_DB"], disable_builtin_embedder=True) as mem:
         mem.begin_session("cli-test")
         mem.record_turn("We hiked at Multnomah Falls with the dog.", "Sounds lovely.")
@@ -435,6 +439,7 @@ def test_demo_output(tmp_path: Path) -> None:
     temp = run("demo", "--no-embedder", timeout=120)
     assert temp.returncode == 0 and "temporary" in temp.stdout.decode()
     assert not Path(click.get_app_dir("elastimem"), "memory.db").exists()
+    assert not Path(cli_paths.default_db_path()).exists()
 
 
 @pytest.mark.slow
@@ -696,6 +701,7 @@ def test_facts_on_a_mistyped_store_is_an_error_not_an_empty_answer(
     done = run("stats")
     assert done.returncode == 1 and "no elastimem store" in done.stderr.decode()
     assert not Path(click.get_app_dir("elastimem")).exists()
+    assert not Path(cli_paths.data_dir()).exists()
 
 
 def test_reads_of_an_existing_store_leave_its_folder_as_it_was(tmp_path: Path) -> None:

@@ -218,6 +218,8 @@ def test_a_user_without_a_store_is_an_error_and_nothing_is_created(
     assert done.returncode == 1, _visible(done)
     err = done.stderr.decode()
     assert f"there is no elastimem store for user {user!r}" in err
+    # In the command line's words, not the Python API's (issue 27).
+    assert "create=" not in err and "remember KEY VALUE" in err
     assert _password(postgres_url) not in _visible(done)
     with pytest.raises(elastimem.StoreError):  # still none: the command created nothing
         elastimem.open(postgres_url, user_id=user, create=False, disable_builtin_embedder=True)

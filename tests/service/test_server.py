@@ -90,7 +90,11 @@ def backend_target(backend: str, request: pytest.FixtureRequest) -> str | None:
 
 
 def start_server(
-    tmp: Path, *extra: str, keys: dict[str, str] | None = None, target: str | None = None
+    tmp: Path,
+    *extra: str,
+    keys: dict[str, str] | None = None,
+    target: str | None = None,
+    embedder: bool = False,
 ) -> Server:
     keys_path = tmp / "keys.json"
     keys_path.write_text(json.dumps(keys or {t: u for u, t in TOKENS.items()}))
@@ -100,7 +104,8 @@ def start_server(
     env = {**os.environ, "HOME": str(tmp), "PYTHONUNBUFFERED": "1"}
     target = target or str(root)
     cmd = [sys.executable, "-m", "elastimem.cli", "-v", "--db", target, "serve"]
-    cmd += ["--keys", str(keys_path), "--port", str(port), "--no-embedder", *extra]
+    cmd += ["--keys", str(keys_path), "--port", str(port), *extra]
+    cmd += [] if embedder else ["--no-embedder"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env=env)  # fmt: skip
     server = Server(proc, port, root, keys_path, target)
@@ -376,6 +381,11 @@ BAD_INPUTS = [
     ("GET", "/v1/sessions?n=abc", None, 400, "n must be an integer"),
     ("GET", "/v1/facts?x=1", None, 400, "unknown query parameter"),
     ("POST", "/v1/sessions/abc/end", None, 404, "not this user's open session"),
+    # Found by the schema fuzzer (test_fuzz): a 500, an empty body, URL-sized values.
+    ("POST", "/v1/sessions/%C2%B37/end", None, 404, "not this user's open session"),
+    ("POST", "/v1/recall", b"\x0b\x0b", 400, "not valid JSON"),
+    ("GET", "/v1/facts/" + "k" * 1001 + "/history", None, 400, "longer than 1000"),
+    ("GET", "/v1/timeline?q=" + "k" * 1001, None, 400, "longer than 1000"),
     ("POST", "/v1/erase", b"{}", 400, "exactly one target"),
     ("POST", "/v1/erase", b'{"key": "a", "session_id": 1}', 400, "exactly one target"),
     ("POST", "/v1/lessons", b'{"text": ""}', 400, "text must not be empty"),

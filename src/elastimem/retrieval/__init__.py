@@ -1,6 +1,7 @@
 """retrieval: the one query path from a question to ranked memory (SPEC §5.6, §5.14).
 
-Owns: the one query path (``query.rank_query``), the legs of a query (``legs``: the
+Owns: the one query path (``query.rank_query``), embedding what still waits for a vector
+before a query (``catch_up``: read your writes by meaning), the legs of a query (``legs``: the
 chunks' and the facts' vector legs, the graph signal; ``own_text``: a small pool re-scored
 on each chunk's own text), their fusion and ranking (``rank``, on ``scale``'s scales),
 the timeline (``timeline``), and warm-up and priming with the keyword index a query uses

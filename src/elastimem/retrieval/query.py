@@ -1,7 +1,8 @@
 """The one query path: from a question to a ranking (§5.6).
 
 ``recall``, ``explain`` and ``build_context``'s past moments all rank through
-``rank_query``: the query's terms, its vector legs (chunks and facts, with what became of
+``rank_query``: the chunks and facts written before it but still waiting for their vectors
+(``catch_up``), the query's terms, its vector legs (chunks and facts, with what became of
 the chunks' leg), the graph signal and the keyword index, then ``rank.rank`` in ONE read
 snapshot. A hit therefore scores the same wherever it is shown.
 """
@@ -14,8 +15,8 @@ from .. import observe
 from ..clock import utcnow
 from ..governor import MemoryProfile
 from ..runtime.services import Services
-from ..text import query_terms
-from . import legs, names, temporal
+from ..text import query_terms, symbol_terms
+from . import catch_up, legs, names, temporal
 from .rank import FactVectorLeg, Filters, Ranking, VectorLeg, rank
 from .warm import keyword_index
 
@@ -59,7 +60,8 @@ def rank_query(
     given, is read inside the ranking's own snapshot (one transaction per query instead of
     two). ``ranking.vector_leg`` says what became of a vector leg started here.
     """
-    terms = query_terms(text)
+    # A query of symbols only ("🍜") matches them in facts (rank.fact_keyword_leg).
+    terms = query_terms(text) or symbol_terms(text)
     if not terms:
         return QueryRanking(None, signal)
     profile = profile if profile is not None else services.profile()
@@ -71,6 +73,10 @@ def rank_query(
         embedded = scope.rest
     report: legs.VectorLegReport | None = None
     config = services.config()
+    chunks, facts = vector_leg is UNSET and "chunk" in kinds, fact_leg is UNSET and "fact" in kinds
+    if chunks or facts:
+        # Before the snapshot opens, so the legs see what it stores.
+        catch_up.embed_waiting(services, profile, chunks=chunks, facts=facts)
     with services.db.read() as conn:
         # The names most chunks hold are counted in the ranking's own snapshot; the legs
         # start once the text they embed is known (starting one reads nothing).

@@ -55,7 +55,7 @@ from ..clock import SECONDS_PER_DAY, epoch_seconds, recency, utcnow
 from ..index.keyword import KeywordIndex, KeywordIndexes
 from ..memory import semantic
 from ..storage.tx import Tx
-from ..text import is_filler
+from ..text import is_filler, is_symbol_term
 from ..values import (
     ChunkScoreBreakdown,
     ExplainResult,
@@ -407,6 +407,8 @@ def fact_keyword_leg(
     ``live_ids``, the live facts' ids when the caller has read them (build_context), saves
     the index looking them up, which makes it the cheaper way at any table size.
     """
+    if terms and all(is_symbol_term(t) for t in terms):
+        fts_enabled = False  # the indexes split text at symbols: substrings find them
     no_time_filter = filters.since is None and filters.until is None
     if fts_enabled and index is not None and no_time_filter and live_only and live_ids is not None:
         best = index.top(conn, terms, limit, only=live_ids, any_size=True)

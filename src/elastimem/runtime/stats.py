@@ -60,7 +60,7 @@ def collect_stats(services: Services, tier: Tier) -> dict[str, Any]:
 
 
 def has_vectors(db: Database, model_prefix: object) -> bool:
-    """Whether a chunk has a vector whose model label starts with ``model_prefix`` (a str)."""
+    """Whether a chunk or fact has a vector whose model label starts with ``model_prefix``."""
     prefix = optional_text(model_prefix, "model_prefix") or ""
     with db.read() as tx:
         return tx.vectors.has_vectors_labelled(prefix)

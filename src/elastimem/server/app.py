@@ -10,6 +10,10 @@ limit is a 413 before it is read in full; any other refusal is a 4xx with ``{"er
 sentence}``, and a failure inside the store a 5xx that names no file, so no request can stop
 the server.
 
+Each key has a scope (``keys``): a route or MCP tool beyond it is a 403. With ``rate`` set,
+each key has its own token bucket (``limits``): past it, a 429 with ``Retry-After``. A body
+that has not arrived ``read_timeout`` seconds after the headers is a 408.
+
 The lifespan opens the store pool (and the MCP session manager); at shutdown, after uvicorn
 has drained the requests in flight, it closes every store.
 """
@@ -30,12 +34,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import ClosedError, ConfigError, ElastimemError, StoreLockedError
 from . import rest
-from .keys import KeyRing
-from .mcp_http import NEEDS_SDK, USER_SCOPE_KEY, McpEndpoint
+from .keys import KeyRing, Principal
+from .limits import Rate, RateLimiter, retry_after
+from .mcp_http import NEEDS_SDK, PRINCIPAL_SCOPE_KEY, USER_SCOPE_KEY, McpEndpoint
 from .ops_cli import OpsOptions
 from .pool import DEFAULT_MAX_OPEN, StorePool, StoreUnavailable, open_store
 from .telemetry import Telemetry
@@ -43,6 +48,7 @@ from .telemetry import Telemetry
 logger = logging.getLogger("elastimem")
 
 DEFAULT_MAX_BODY = 1024 * 1024
+DEFAULT_READ_TIMEOUT = 30.0  # seconds for a request body to arrive in full
 PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 UNAUTHORIZED = "a valid bearer token is required"
 MCP_METHODS = ["GET", "POST", "DELETE"]
@@ -57,6 +63,8 @@ class ServiceOptions:
     max_body: int = DEFAULT_MAX_BODY
     host: str = "127.0.0.1"
     store_options: dict[str, Any] = field(default_factory=dict)
+    rate: Rate | None = None  # per key; None: no limit
+    read_timeout: float = DEFAULT_READ_TIMEOUT
     ops: OpsOptions = field(default_factory=OpsOptions)  # metrics, traces, backups (telemetry)
 
 
@@ -65,11 +73,39 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class _Authenticate:
-    """Pure ASGI: resolve the bearer token to a user id, or answer 401."""
+    """Pure ASGI: resolve the bearer token to its key (or 401), count the key's rate (or
+    429), and give the request body a deadline (or 408)."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: KeyRing,
+        limiter: RateLimiter | None,
+        read_timeout: float,
+        max_body: int,
+    ) -> None:
         self.app = app
         self.keys = keys
+        self.limiter = limiter
+        self.read_timeout = read_timeout
+        self.max_body = max_body
+        # A token that needs the slow hash is verified off the loop, two at a time, so a
+        # flood of wrong tokens cannot stall the requests of known keys.
+        self._hashing = asyncio.Semaphore(2)
+
+    async def _principal(self, scope: Scope) -> Principal | None:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                token = token.strip()
+                if scheme.lower() != "bearer" or not token:
+                    return None
+                found = self.keys.cached(token)
+                if found is None and self.keys.needs_hash(token):
+                    async with self._hashing:
+                        found = await asyncio.to_thread(self.keys.lookup, token)
+                return found
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (
@@ -82,25 +118,85 @@ class _Authenticate:
             # cookie); a bearer header is not read there, nor a cookie anywhere else.
             await self.app(scope, receive, send)
             return
-        user_id = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and token.strip():
-                    user_id = self.keys.user_for(token.strip())
-                break
-        if user_id is None:
+        principal = await self._principal(scope)
+        if principal is None:
             response = _error(401, UNAUTHORIZED)
             response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        scope[USER_SCOPE_KEY] = user_id
-        await self.app(scope, receive, send)
+        wait = self.limiter.wait_for(principal.label) if self.limiter is not None else 0.0
+        if wait > 0:
+            response = _error(429, "this key sent more requests than its rate limit allows")
+            response.headers["Retry-After"] = retry_after(wait)
+            await response(scope, receive, send)
+            return
+        scope[USER_SCOPE_KEY] = principal.user
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        timed = _body_deadline(receive, self.read_timeout)
+        if scope["path"] == "/mcp":
+            # The MCP app answers any error of its own with a 500: its body is read here,
+            # under the deadline and the limit, and handed to it whole.
+            try:
+                timed = await _buffered(timed, self.max_body)
+            except rest.ApiError as exc:
+                await _error(exc.status, exc.message)(scope, receive, send)
+                return
+        await self.app(scope, timed, send)
+
+
+class _BodyTooSlow(rest.ApiError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"the request body did not arrive within {seconds:g} seconds")
+
+
+async def _buffered(receive: Receive, limit: int) -> Receive:
+    """Read the whole body now (``_BodyTooSlow``, or 413 past ``limit``); then replay it."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise rest.ApiError(400, "the client left before sending its request body")
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
+        if not message.get("more_body", False):
+            break
+    first: Message | None = {"type": "http.request", "body": bytes(body), "more_body": False}
+
+    async def replay() -> Message:
+        nonlocal first
+        if first is not None:
+            message, first = first, None
+            return message
+        return await receive()
+
+    return replay
+
+
+def _body_deadline(receive: Receive, seconds: float) -> Receive:
+    """``receive`` that raises ``_BodyTooSlow`` when the body is not in ``seconds`` after
+    the headers: a client trickling its body cannot hold the request open for ever."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    done = False
+
+    async def timed() -> Message:
+        nonlocal done
+        if done:  # the body is in: what follows (a disconnect) may come at any time
+            return await receive()
+        try:
+            message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.001))
+        except asyncio.TimeoutError:
+            raise _BodyTooSlow(seconds) from None
+        done = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return timed
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise rest.ApiError(413, f"the request body is larger than {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():
@@ -159,6 +255,10 @@ def build_app(options: ServiceOptions) -> Starlette:
 
         async def handle(request: Request) -> Response:
             user_id = request.scope[USER_SCOPE_KEY]
+            principal: Principal = request.scope[PRINCIPAL_SCOPE_KEY]
+            if not principal.allows(endpoint.scope):
+                return _error(403, f"this key's scope ({principal.scope}) does not allow "
+                                   f"{where}; it needs a {endpoint.scope} key")  # fmt: skip
             try:
                 body = await _read_body(request, options.max_body)
                 if endpoint.streams:
@@ -237,7 +337,11 @@ def build_app(options: ServiceOptions) -> Starlette:
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
-    app.add_middleware(_Authenticate, keys=options.keys)
+    limiter = RateLimiter(options.rate) if options.rate is not None else None
+    app.add_middleware(
+        _Authenticate, keys=options.keys, limiter=limiter, read_timeout=options.read_timeout,
+        max_body=options.max_body,
+    )  # fmt: skip
     stores = lambda: state["pool"].stores() if "pool" in state else []  # noqa: E731
     app.add_middleware(Telemetry, options=options.ops, target=options.target, stores=stores,
                        routes=routes)  # fmt: skip

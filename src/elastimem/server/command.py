@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from .. import cli_paths
 from ..errors import ElastimemError
 from .ops_cli import OpsOptions, check_metrics_key, ops_options
 
@@ -49,12 +50,23 @@ def serve_command(
                   help="Largest request body in bytes (larger: 413).")  # fmt: skip
     @click.option("--drain-timeout", default=30, show_default=True, type=click.IntRange(0),
                   help="Seconds SIGTERM waits for requests in flight.")  # fmt: skip
+    @click.option("--rate-limit", metavar="N/s|N/min",
+                  help="Requests each key may send, such as 20/s or 600/min (past it: 429 "
+                  "with Retry-After). Default: no limit.")  # fmt: skip
+    @click.option("--rate-burst", type=click.IntRange(1), metavar="N",
+                  help="Requests a key may send at once after a quiet spell (default: N of "
+                  "--rate-limit).")  # fmt: skip
+    @click.option("--read-timeout", default=30.0, show_default=True,
+                  type=click.FloatRange(0.1),
+                  help="Seconds a request's headers, and then its body, may take to arrive "
+                  "(headers: the connection is closed; body: 408).")  # fmt: skip
     @llm_options
     @click.option("--no-embedder", is_flag=True, help="Keyword search only (no model is loaded).")
     @ops_options
     @pass_state
     def serve(state: Any, host: str, port: int, keys_path: str, max_open: int, max_body: int,
-              drain_timeout: int, llm_url: str | None, llm_model: str | None,
+              drain_timeout: int, rate_limit: str | None, rate_burst: int | None,
+              read_timeout: float, llm_url: str | None, llm_model: str | None,
               llm_key: str | None, no_embedder: bool, ops: OpsOptions) -> None:  # fmt: skip
         """Serve per-user memory over HTTP: REST under /v1 and MCP at /mcp.
 
@@ -63,12 +75,13 @@ def serve_command(
         when missing; the role needs the privileges to create it, or an owner creates it
         once). Every request needs
         "Authorization: Bearer <token>" with a token of the keys file, and reaches only that
-        token's user. Needs the extra: pip install 'elastimem[server,mcp]'.
+        token's user, within its key's scope (see elastimem keys). Needs the extra: pip
+        install 'elastimem[server,mcp]'.
 
         \b
         Example:
-          echo '{"'$(openssl rand -hex 24)'": "alice"}' > keys.json && chmod 600 keys.json
-          elastimem --db ~/memory-users serve --keys keys.json --port 8765
+          elastimem keys add alice --keys keys.json --scope write --label laptop
+          elastimem --db ~/memory-users serve --keys keys.json --port 8765 --rate-limit 20/s
           elastimem --db postgresql://app@db.internal/memory serve --keys keys.json
         """
         try:
@@ -77,13 +90,15 @@ def serve_command(
         except ImportError as exc:
             raise click.ClickException(MISSING_EXTRA) from exc
         from .app import ServiceOptions, build_app
+        from .deadlines import header_deadline_protocol
         from .keys import KeyRing
+        from .limits import Rate
         from .pool import prepare_target
 
         target = (
             state.db
             or os.environ.get("ELASTIMEM_DB")
-            or os.path.join(click.get_app_dir("elastimem"), "users")
+            or cli_paths.default_path("users")
         )
         store_options: dict[str, Any] = {"disable_builtin_embedder": no_embedder}
         llm = make_llm(llm_url, llm_model, llm_key)
@@ -93,15 +108,16 @@ def serve_command(
             store_options["tier_override"] = state.tier
         try:
             keys = KeyRing(keys_path)
+            rate = Rate.parse(rate_limit, rate_burst) if rate_limit is not None else None
             check_metrics_key(ops, keys)
             # "~" expanded, as the stores see it; a server is reached now, its password hidden.
             stores = prepare_target(target)
         except ElastimemError as exc:
             raise click.ClickException(str(exc)) from exc
         _configure_logging(state.verbose)
-        app = build_app(
-            ServiceOptions(target, keys, max_open, max_body, host, store_options, ops=ops)
-        )
+        options = ServiceOptions(target, keys, max_open, max_body, host, store_options, ops=ops)
+        options.rate, options.read_timeout = rate, read_timeout
+        app = build_app(options)
         config = uvicorn.Config(
             app,
             host=host,
@@ -112,6 +128,8 @@ def serve_command(
             log_level="info" if state.verbose else "warning",
             timeout_graceful_shutdown=drain_timeout,
             server_header=False,
+            http=header_deadline_protocol(read_timeout),
+            timeout_keep_alive=5,  # an idle connection is closed after 5 s (uvicorn's default)
         )
         # Bound here, before saying "serving": a port in use is one clear error (uvicorn
         # logged its errno line and exited 3), and --port 0 shows the port it got.
@@ -123,6 +141,12 @@ def serve_command(
             f"on http://{shown}:{bound} (REST /v1, MCP /mcp, docs /openapi.json)",
             err=True,
         )
+        if keys.plain:  # once, after the serving line
+            click.echo(
+                f"elastimem: warning: {keys_path} holds tokens in the clear, each with every "
+                "scope; create hashed, scoped keys with: elastimem keys add USER --keys FILE",
+                err=True,
+            )
         for stop in (signal.SIGTERM, signal.SIGINT):
             signal.signal(stop, _stopped)
         with sock:

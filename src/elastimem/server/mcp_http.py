@@ -4,7 +4,8 @@ The tools are ``mcp_server.build_server``'s, unchanged: they are given a stand-i
 (``_CallerStore``) that forwards to whichever store the current tool call is bound to. An
 SDK middleware binds it: for ``tools/call`` it leases the store of the user whose key
 authenticated the HTTP request (put in the ASGI scope by the app) for the length of the
-call. The SDK runs each (sync) tool on a worker thread with the caller's context, so the
+call, once it has checked that the key's scope allows the tool (``TOOL_SCOPES``). The SDK
+runs each (sync) tool on a worker thread with the caller's context, so the
 binding follows the call and nothing else. The request's user is also handed to the SDK as
 its authenticated principal, so an MCP session only answers the key's user that opened it.
 """
@@ -20,6 +21,13 @@ from ..errors import ClosedError
 from .pool import StorePool
 
 USER_SCOPE_KEY = "elastimem.user_id"
+PRINCIPAL_SCOPE_KEY = "elastimem.principal"  # the key's ``keys.Principal``
+# The least key scope each tool needs (as the REST routes that do the same); a tool not
+# listed needs admin, so a new tool is closed until it is placed here.
+TOOL_SCOPES = {
+    "recall": "read", "facts": "read", "timeline": "read", "build_context": "read",
+    "remember": "write", "forget": "write", "add_lesson": "write", "record_turn": "write",
+}  # fmt: skip
 NEEDS_SDK = (
     "MCP over HTTP needs the official MCP SDK 2 or newer; install it with: "
     "pip install 'elastimem[mcp]'"
@@ -59,8 +67,17 @@ class McpEndpoint:
                 return await call_next(ctx)
             scope = getattr(ctx.request, "scope", None) or {}
             user_id = scope.get(USER_SCOPE_KEY)
-            if user_id is None:  # the app authenticates every /mcp request; never here
+            principal = scope.get(PRINCIPAL_SCOPE_KEY)
+            if user_id is None or principal is None:  # the app authenticates every /mcp request
                 raise ClosedError("this MCP call carries no authenticated user")
+            name = str((ctx.params or {}).get("name", ""))
+            needed = TOOL_SCOPES.get(name, "admin")
+            if not principal.allows(needed):
+                message = (
+                    f"this key's scope ({principal.scope}) does not allow the tool {name!r}; "
+                    f"it needs a {needed} key"
+                )
+                return {"content": [{"type": "text", "text": message}], "isError": True}
             async with pool().lease(user_id) as store:
                 token = _bound.set(store.sync)
                 try:

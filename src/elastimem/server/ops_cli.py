@@ -33,6 +33,10 @@ def ops_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--metrics/--no-metrics", default=True, show_default=True,
                   help="Serve GET /metrics (Prometheus) to loopback clients and to requests "
                   "with the metrics key.")  # fmt: skip
+    @click.option("--metrics-key", metavar="KEY",
+                  help="The key that opens /metrics to remote scrapers; never a user's key. "
+                  "Other users of the machine can read it in the process list: prefer "
+                  f"--metrics-key-file or ${METRICS_KEY_ENV}.")  # fmt: skip
     @click.option("--metrics-key-file", type=click.Path(dir_okay=False, exists=True),
                   help=f"File holding the key that opens /metrics to remote scrapers (or set "
                   f"${METRICS_KEY_ENV}); never a user's key.")  # fmt: skip
@@ -48,7 +52,8 @@ def ops_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                   type=click.IntRange(1),
                   help="Snapshots kept per user (oldest go first).")  # fmt: skip
     @functools.wraps(fn)
-    def wrapper(*args: Any, metrics: bool, metrics_key_file: str | None, otel: bool | None,
+    def wrapper(*args: Any, metrics: bool, metrics_key: str | None,
+                metrics_key_file: str | None, otel: bool | None,
                 backup_dir: str | None, backup_every: str, backup_keep: int,
                 **kwargs: Any) -> Any:  # fmt: skip
         from ..ops.schedule import parse_interval
@@ -61,15 +66,20 @@ def ops_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             otel = importlib.util.find_spec("opentelemetry") is not None
         elif otel and importlib.util.find_spec("opentelemetry") is None:
             raise click.UsageError("--otel needs the extra: pip install 'elastimem[otel]'")
-        ops = OpsOptions(metrics, _metrics_key(metrics_key_file), otel, backup_dir, every,
+        if metrics_key is not None and metrics_key_file is not None:
+            raise click.UsageError("give --metrics-key or --metrics-key-file, not both")
+        key = _metrics_key(metrics_key_file, metrics_key)
+        ops = OpsOptions(metrics, key, otel, backup_dir, every,
                          backup_keep)  # fmt: skip
         return fn(*args, ops=ops, **kwargs)
 
     return wrapper
 
 
-def _metrics_key(path: str | None) -> str | None:
-    if path is not None:
+def _metrics_key(path: str | None, given: str | None = None) -> str | None:
+    if given is not None:
+        key, where = given.strip(), "--metrics-key"
+    elif path is not None:
         with open(path, encoding="utf-8") as handle:
             key = handle.read().strip()
         where = f"--metrics-key-file {path}"

@@ -33,6 +33,10 @@ MAX_LIST = 1000
 MAX_TEXT = 1_000_000  # characters; the body limit usually bites first
 EXPORT_CHUNK_BYTES = 64 * 1024
 EXPORT_CHUNKS_IN_FLIGHT = 8
+# Characters of a path or query value: percent-encoded (up to 9 bytes each) it keeps the
+# request head under uvicorn's 16 KiB limit, past which the connection is just closed (the
+# fuzzer found a 16,384-character ``q`` that the schema allowed cut off that way).
+MAX_URL_TEXT = 1000
 # Paths that reveal where the stores live on the server; left out of /v1/stats.
 STATS_HIDDEN = frozenset({"path"})
 
@@ -73,6 +77,8 @@ def _text(description: str, *, min_length: int = 0, max_length: int = MAX_TEXT) 
     return schema
 
 
+EARLIEST = "0001-01-01T00:00:00Z"
+LATEST = "9999-12-31T23:59:59.999999Z"
 TIME = {
     "type": "string",
     "format": "date-time",
@@ -100,10 +106,16 @@ def check(value: Any, schema: Mapping[str, Any], name: str) -> Any:
         if schema.get("format") == "date-time":
             try:
                 to_ts(value)
-            except (ValueError, TypeError, OverflowError):
+            except OverflowError:
+                # Valid RFC 3339 whose UTC falls outside years 1-9999 (the fuzzer sent
+                # "0001-01-01T00:00:00+01:01"): the nearest moment a store can hold.
+                return EARLIEST if value.strip()[:4] == "0001" else LATEST
+            except (ValueError, TypeError):
                 raise ApiError(400, f"{name} is not a readable ISO-8601 time") from None
         return value
     if kind == "integer":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON Schema: 244.0 is an integer (found by the fuzzer)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ApiError(400, f"{name} must be an integer")
         low, high = schema.get("minimum"), schema.get("maximum")
@@ -151,8 +163,9 @@ def _query_value(raw: str, schema: Mapping[str, Any], name: str) -> Any:
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
-    """A request body as a JSON object; an empty body is ``{}``."""
-    if not raw.strip():
+    """A request body as a JSON object; an empty body is ``{}`` (but not one of stray bytes
+    such as vertical tabs, which the fuzzer found taken for an empty body)."""
+    if not raw:
         return {}
     try:
         text = raw.decode("utf-8")
@@ -207,8 +220,12 @@ class Endpoint:
     streams: bool = False
     # Other answers: a status with its description (the body has the same schema) ...
     also: tuple[tuple[int, str], ...] = ()
-    # ... and refusals beyond the 400/401/413/503 every endpoint may give.
+    # ... and refusals beyond the 400/401/403/408/413/429/503 every endpoint may give.
     refusals: tuple[int, ...] = ()
+    # The least key scope that may call it: read < write < admin (``keys.SCOPES``).
+    scope: str = "read"
+    # More of the body's JSON schema than its fields say (which fields go together).
+    body_rule: dict[str, Any] = field(default_factory=dict)
 
     @property
     def operation_id(self) -> str:
@@ -293,7 +310,8 @@ async def _begin_session(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, st
 
 async def _end_session(mem: AsyncElastimem, a: dict[str, Any], p: dict[str, str]) -> Any:
     raw = p["session_id"]
-    if not raw.isdigit() or mem.session_id != int(raw):
+    # ASCII digits only: "³7".isdigit() is true and int() refuses it (a 500 the fuzzer found).
+    if not (raw.isascii() and raw.isdigit()) or mem.session_id != int(raw):
         raise ApiError(404, f"session {raw} is not this user's open session")
     # The summary and consolidation it queues run on the store's worker, after the reply.
     await mem.end_session(wait=False)
@@ -328,14 +346,19 @@ def _obj(**props: Any) -> dict[str, Any]:
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
+# Fields a value may leave empty are null in JSON (the fuzzer found them undeclared).
+_STR_OR_NULL = {"type": ["string", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
 _HIT = _obj(
-    kind=_STR, text=_STR, date=_STR, score={"type": "number"}, session_id=_INT, id=_INT,
-    created_at=_STR, first_msg_id=_INT, last_msg_id=_INT,
+    kind=_STR, text=_STR, date=_STR, score={"type": "number"}, session_id=_INT_OR_NULL,
+    id=_INT_OR_NULL, created_at=_STR_OR_NULL, first_msg_id=_INT_OR_NULL,
+    last_msg_id=_INT_OR_NULL,
 )  # fmt: skip
 _FACT = _obj(
     id=_INT, key=_STR, value=_STR, category=_STR, source=_STR, importance={"type": "number"},
-    valid_from=_STR, invalidated_at=_STR, archived={"type": "boolean"}, created_at=_STR,
-    invalidated_by=_INT, last_accessed_at=_STR, access_count=_INT,
+    valid_from=_STR, invalidated_at=_STR_OR_NULL, archived={"type": "boolean"},
+    created_at=_STR_OR_NULL, invalidated_by=_INT_OR_NULL, last_accessed_at=_STR_OR_NULL,
+    access_count=_INT,
 )  # fmt: skip
 _VERSIONS = {"type": "array", "items": _FACT}
 KINDS = {"type": "string", "enum": ["chunk", "fact"]}
@@ -349,6 +372,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
             Arg("at", TIME),
         ),
         status=201, response=_obj(recorded={"type": "boolean"}, session_id=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/recall", "Search conversations and facts, best first.", _recall,
@@ -392,6 +416,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         response=_obj(changed={"type": "boolean"}, reason=_STR, key=_STR),
         refusals=(422,),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/facts/{key}/history", "Every version of a fact, oldest first.",
@@ -400,12 +425,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint(
         "DELETE", "/v1/facts/{key}", "Stop using a fact (its history is kept); 404 when none.",
         _forget, response=_obj(forgotten={"type": "boolean"}),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/timeline", "How the fact a question is about changed over time.", _timeline,
         query=(Arg("q", _text("A fact key or a question about one.", min_length=1,
-                              max_length=16_384), required=True),),
-        response=_obj(query=_STR, key=_STR, resolved_by=_STR, versions=_VERSIONS),
+                              max_length=MAX_URL_TEXT), required=True),),
+        response=_obj(query=_STR, key=_STR_OR_NULL, resolved_by=_STR, versions=_VERSIONS),
     ),
     Endpoint(
         "POST", "/v1/lessons", "Save a lesson learned, shown in later contexts.", _add_lesson,
@@ -415,6 +441,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         status=201, response=_obj(added={"type": "boolean"}),
         also=((200, "Not added: already a current lesson, or refused by the guards."),),
+        scope="write",
     ),
     Endpoint(
         "GET", "/v1/sessions", "The most recent sessions, newest first.", _sessions,
@@ -426,10 +453,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         "POST", "/v1/sessions", "Start a session (the open one ends).", _begin_session,
         body=(Arg("at", TIME), Arg("host_tag", _text("A label for the host.", max_length=200))),
         status=201, response=_obj(session_id=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/sessions/{session_id}/end", "End the open session; its summary follows.",
         _end_session, body=(), response=_obj(ended=_INT),
+        scope="write",
     ),
     Endpoint(
         "POST", "/v1/erase", "Erase a fact's history or a session, unrecoverably; 404 when "
@@ -442,6 +471,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ),
         response=_obj(erased={"type": "object", "additionalProperties": _INT}),
         refusals=(404,),
+        scope="admin",
+        body_rule={"oneOf": [  # exactly one target that is not null
+            {"required": ["key"], "properties": {"key": {"type": "string"}}},
+            {"required": ["session_id"], "properties": {"session_id": {"type": "integer"}}},
+        ]},
     ),
     Endpoint(
         "GET", "/v1/export", "The whole store as JSON Lines, streamed.", _export, streams=True,
@@ -459,6 +493,9 @@ async def run_endpoint(
 ) -> Any:
     if endpoint.body is None and body.strip():
         raise ApiError(400, f"{endpoint.method} {endpoint.path} takes no request body")
+    for name, value in path_params.items():
+        if len(value) > MAX_URL_TEXT:
+            raise ApiError(400, f"{name} is longer than {MAX_URL_TEXT} characters")
     args = check_fields(query, endpoint.query, "query parameter")
     if endpoint.body is not None:
         args.update(check_fields(parse_body(body), endpoint.body, "field"))
@@ -559,7 +596,12 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for ep in ENDPOINTS:
         parameters = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_URL_TEXT},
+            }
             for name in _path_names(ep.path)
         ] + [
             {"name": a.name, "in": "query", "required": a.required, "schema": a.schema}
@@ -577,18 +619,23 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
                 },
                 "400": error,
                 "401": error,
+                "403": error,
+                "408": error,
                 "413": error,
+                "429": error,
                 "503": error,
             },
         }
         if ep.body:
             operation["requestBody"] = {
-                "required": any(a.required for a in ep.body),
+                "required": any(a.required for a in ep.body) or bool(ep.body_rule),
                 "content": {"application/json": {"schema": {
                     "type": "object",
-                    "properties": {a.name: a.schema for a in ep.body},
+                    "properties": {a.name: a.schema if a.required else _or_null(a.schema)
+                                   for a in ep.body},
                     "required": [a.name for a in ep.body if a.required],
                     "additionalProperties": False,
+                    **ep.body_rule,
                 }}},
             }  # fmt: skip
         for status, description in ep.also:
@@ -605,9 +652,15 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
     paths["/healthz"] = {"get": {"summary": "Liveness; needs no key.", **public}}
     paths["/openapi.json"] = {"get": {"summary": "This document; needs no key.", **public}}
     if mcp:
+        not_mcp = {"description": "Not an MCP message the session accepts (JSON-RPC error)."}
         mcp_op = {
             "summary": "MCP over streamable HTTP (the serve-mcp tools).",
-            "responses": {"200": {"description": "MCP messages."}, "401": error},
+            "responses": {
+                "200": {"description": "MCP messages."},
+                "202": {"description": "A notification or response, accepted."},
+                **{status: not_mcp for status in ("400", "404", "405", "406", "415")},
+                **{status: error for status in ("401", "403", "408", "413", "429")},
+            },
         }
         paths["/mcp"] = {m: dict(mcp_op) for m in ("get", "post", "delete")}
     return {
@@ -618,6 +671,12 @@ def openapi_document(*, mcp: bool) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": paths,
     }  # fmt: skip
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional field's schema: null means "not given" (``check_fields``), as the fuzzer
+    found the document did not say."""
+    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _path_names(path: str) -> list[str]:

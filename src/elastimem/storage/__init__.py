@@ -18,12 +18,24 @@ from ..errors import ConfigError
 from .addresses import POSTGRES_NEEDS_USER, is_postgres_url
 from .database import Database
 from .sqlite import database as sqlite_database
+from .sqlite.cipher import resolve_key
+
+# Encryption at rest is SQLCipher's, so a file's; a server's data is the server's to protect.
+POSTGRES_NO_KEY = (
+    "an encryption key applies to SQLite store files only; a PostgreSQL store is protected by "
+    "its server (encrypted disks, TLS): open it without key=, ELASTIMEM_KEY, "
+    "ELASTIMEM_KEY_FILE or --key-file"
+)
 
 __all__ = ["Database", "open_database"]
 
 
 def open_database(
-    target: str | os.PathLike[str], *, create: bool = True, user_id: str | None = None
+    target: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    user_id: str | None = None,
+    key: object = None,
 ) -> Database:
     """Open (creating, recovering and migrating as needed) the store at ``target``.
 
@@ -32,12 +44,16 @@ def open_database(
     open ``user_id``'s store on that server (``ConfigError`` without one; the extra
     ``postgres`` must be installed); any other ``scheme://`` raises ``ConfigError``.
     ``create`` False opens only an existing store and creates nothing (``StoreError``
-    otherwise).
+    otherwise). ``key`` (a passphrase; when None, ``ELASTIMEM_KEY`` or ``ELASTIMEM_KEY_FILE``)
+    opens an encrypted SQLite store (``sqlite.cipher``); with a server address it is a
+    ``ConfigError``.
     """
     if is_postgres_url(target):
         if user_id is None:
             raise ConfigError(POSTGRES_NEEDS_USER)
+        if resolve_key(key) is not None:
+            raise ConfigError(POSTGRES_NO_KEY)
         from .postgres import database as postgres_database  # psycopg only when asked for
 
         return postgres_database.open_database(str(target), user_id, create=create)
-    return sqlite_database.open_store(target, create=create)
+    return sqlite_database.open_store(target, create=create, key=resolve_key(key))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from .tx import Tx
 
@@ -27,6 +27,12 @@ class Database(Protocol):
     def key(self) -> str:
         """What names this store within the process (the registry of open instances, the
         worker's running jobs): the file path, or a server address and the user's id."""
+        ...
+
+    @property
+    def cipher(self) -> Any:
+        """The key an encrypted store file was opened with (``sqlite.cipher.CipherKey``, which
+        never shows its material), or None for a plain file and any server store."""
         ...
 
     @property

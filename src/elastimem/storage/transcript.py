@@ -232,8 +232,9 @@ class TranscriptRows(Protocol):
         session between them."""
         ...
 
-    def chunks_without_vector(self, limit: int) -> list[tuple[int, str]]:
-        """``(id, text)`` of up to ``limit`` chunks with no vector, by id."""
+    def chunks_without_vector(self, limit: int, *, newest: bool = False) -> list[tuple[int, str]]:
+        """``(id, text)`` of up to ``limit`` chunks with no vector, by id (the oldest first,
+        or with ``newest`` the newest first)."""
         ...
 
     def any_chunk_without_vector(self) -> bool:

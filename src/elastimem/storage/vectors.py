@@ -148,5 +148,5 @@ class VectorRows(Protocol):
     # -- for the command line ---------------------------------------------------------------
 
     def has_vectors_labelled(self, prefix: str) -> bool:
-        """Whether a chunk has a vector whose model label starts with ``prefix``."""
+        """Whether a chunk or a fact has a vector whose model label starts with ``prefix``."""
         ...

@@ -101,8 +101,12 @@ class KeyGate:
         key = key.strip()
         if not key:
             return None
-        # The one call site of the key ring's lookup (see the module docstring).
-        user_id = self._keys.user_for(key)  # type: ignore[attr-defined]
+        # The one call site of the key ring's lookup (see the module docstring). The inspector
+        # edits, erases and imports: only a key whose scope allows all of it signs in.
+        principal = self._keys.lookup(key)  # type: ignore[attr-defined]
+        if principal is None or not principal.allows("admin"):
+            return None
+        user_id = principal.user
         if user_id is None or (self._only_user is not None and user_id != self._only_user):
             return None
         return str(user_id)

@@ -258,6 +258,7 @@ class PostgresDatabase:
         # Every user's rows share the address: a store is the address and the user.
         self.key = f"{self.path}#user={self.user_id}"
         self.is_memory = False
+        self.cipher = None  # encryption at rest is the server's (README)
         self.read_only = False
         self.read_only_uri: str | None = None
         # The keyword index (chunk_terms / fact_terms) is part of the schema: always on.

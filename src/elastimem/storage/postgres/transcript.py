@@ -430,10 +430,11 @@ class PostgresTranscriptRows:
         ).fetchall()
         return [(int(r[0]), int(r[1])) for r in rows]
 
-    def chunks_without_vector(self, limit: int) -> list[tuple[int, str]]:
+    def chunks_without_vector(self, limit: int, *, newest: bool = False) -> list[tuple[int, str]]:
+        order = "DESC" if newest else "ASC"  # both walk idx_chunks_unembedded
         rows = self._conn.execute(
             "SELECT id, text FROM chunks WHERE user_id = %s AND embedding IS NULL "
-            "ORDER BY id LIMIT %s",
+            f"ORDER BY id {order} LIMIT %s",
             (self._user, sql_limit(limit)),
         ).fetchall()
         return [(int(r[0]), str(r[1])) for r in rows]

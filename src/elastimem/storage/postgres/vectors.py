@@ -330,8 +330,9 @@ class PostgresVectorRows:
         # starts_with: no LIKE wildcards to escape in the prefix.
         row = self._conn.execute(
             "SELECT 1 FROM chunks WHERE user_id = %s AND embedding IS NOT NULL "
-            "AND starts_with(embedding_model, %s) LIMIT 1",
-            (self._user, prefix),
+            "AND starts_with(embedding_model, %s) UNION ALL SELECT 1 FROM fact_vectors "
+            "WHERE user_id = %s AND starts_with(embedding_model, %s) LIMIT 1",
+            (self._user, prefix, self._user, prefix),
         ).fetchone()
         return row is not None
 

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import migrations
+from . import connection, migrations
 
 FTS_TABLES = {"chunks": "chunks_fts", "facts": "facts_fts"}
 # Export order within a table: its primary key.
@@ -186,7 +186,7 @@ class SqliteAdminRows:
                 f'INSERT INTO "{table}" ({quoted}) VALUES ({",".join("?" * len(values))})',
                 list(values),
             )
-        except sqlite3.IntegrityError as exc:
+        except connection.INTEGRITY_ERRORS as exc:
             return str(exc)
         return None
 

@@ -14,8 +14,10 @@ lock on the target, so a process holding the target open sees the restored pages
 ``check`` opens a file read-only and lists what is wrong with it: SQLite's
 ``integrity_check``, the schema version, that every stored vector has the bytes its dimension
 says and a model label, and that the FTS5 keyword indexes hold exactly their chunks and
-facts. ``key`` is the SQLCipher passphrase of an encrypted store: accepted here so the
-operations above can pass it through; this build opens plain files only.
+facts. ``key`` is the passphrase of an encrypted store (None: ``ELASTIMEM_KEY`` or
+``ELASTIMEM_KEY_FILE``, else a plain store): every connection here is then an SQLCipher one
+keyed with it (``connection.raw_connect``), so the backup of an encrypted store is a copy
+encrypted with the same key, page for page, and a restore writes the target encrypted too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from contextlib import closing, suppress
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError, StoreError
-from .connection import raw_connect, translate_error
+from . import connection
+from .cipher import CipherKey, resolve_key
+from .connection import SQLITE_NOTADB, error_code, raw_connect, translate_error
 from .files import FILE_MODE, make_private_folders
 from .migrations import CURRENT_SCHEMA_VERSION
 
@@ -49,22 +53,39 @@ class CheckReport:
         return not self.problems
 
 
-def _refuse_key(key: str | None) -> None:
-    if key is not None:
-        raise ConfigError(
-            "this elastimem opens plain SQLite stores only; an encrypted store's key cannot be "
-            "used by backup, restore or verify yet"
+def _failed(exc: BaseException, path: str, action: str, key: CipherKey | None) -> StoreError:
+    if key is not None and error_code(exc) == SQLITE_NOTADB:
+        return StoreError(
+            f"could not {action} {path}: it cannot be read with the key given (a wrong key, or "
+            "the store is not encrypted); it was left unchanged"
         )
+    return translate_error(exc, path, action)
 
 
-def _read_only(path: str) -> sqlite3.Connection:
+def _read_only(path: str, key: CipherKey | None) -> sqlite3.Connection:
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    return raw_connect(uri, uri=True)
+    return raw_connect(uri, uri=True, key=key)
+
+
+def is_encrypted_export(path: str, *, key: str | None = None) -> bool:
+    """Whether the SQLCipher file at ``path`` is an encrypted export (``sealed``), not an
+    encrypted store; False when the key cannot read it (the store checks then say so)."""
+    cipher = resolve_key(key)
+    if cipher is None:
+        return False
+    try:
+        with closing(_read_only(path, cipher)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'export_lines'"
+            ).fetchone()
+    except connection.ERRORS:
+        return False
+    return found is not None
 
 
 def copy_online(source: str, dest: str, *, key: str | None = None) -> int:
     """Copy the store file ``source`` to the new private file ``dest``; its size in bytes."""
-    _refuse_key(key)
+    cipher = resolve_key(key)
     if not os.path.isfile(source):
         raise StoreError(f"there is no store file at {source}; check the path")
     if os.path.exists(dest):
@@ -78,12 +99,15 @@ def copy_online(source: str, dest: str, *, key: str | None = None) -> int:
     os.close(fd)  # mkstemp made it 0600; SQLite writes into it
     try:
         try:
-            with closing(_read_only(source)) as src, closing(raw_connect(temp)) as out:
+            with (
+                closing(_read_only(source, cipher)) as src,
+                closing(raw_connect(temp, key=cipher)) as out,
+            ):
                 src.backup(out, pages=-1)
                 # A backup of a WAL store is a WAL file too: make it one self-contained file.
                 out.execute("PRAGMA journal_mode = DELETE")
-        except sqlite3.Error as exc:
-            raise translate_error(exc, source, "back up") from exc
+        except connection.ERRORS as exc:
+            raise _failed(exc, source, "back up", cipher) from exc
         os.chmod(temp, FILE_MODE)
         os.replace(temp, dest)
     except BaseException:
@@ -95,38 +119,41 @@ def copy_online(source: str, dest: str, *, key: str | None = None) -> int:
 
 def holds_memories(path: str, *, key: str | None = None) -> bool:
     """Whether the store file at ``path`` holds any message, fact or lesson."""
-    _refuse_key(key)
+    cipher = resolve_key(key)
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return False
     try:
-        with closing(_read_only(path)) as conn:
+        with closing(_read_only(path, cipher)) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
             return any(
                 conn.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
                 for table in _MEMORY_TABLES
                 if table in tables
             )
-    except sqlite3.Error as exc:
-        raise translate_error(exc, path, "read") from exc
+    except connection.ERRORS as exc:
+        raise _failed(exc, path, "read", cipher) from exc
 
 
 def restore_into(backup: str, target: str, *, key: str | None = None) -> None:
     """Copy the store file ``backup`` onto ``target`` (created private when missing)."""
-    _refuse_key(key)
+    cipher = resolve_key(key)
     make_private_folders(os.path.dirname(os.path.abspath(target)))
     if not os.path.exists(target):
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         os.close(fd)
     try:
-        with closing(_read_only(backup)) as src, closing(raw_connect(target)) as out:
+        with (
+            closing(_read_only(backup, cipher)) as src,
+            closing(raw_connect(target, key=cipher)) as out,
+        ):
             src.backup(out, pages=-1)
-    except sqlite3.Error as exc:
-        raise translate_error(exc, target, "restore") from exc
+    except connection.ERRORS as exc:
+        raise _failed(exc, target, "restore", cipher) from exc
 
 
 def check(path: str, *, key: str | None = None) -> CheckReport:
     """What is wrong with the store file at ``path`` (nothing: ``report.ok``)."""
-    _refuse_key(key)
+    cipher = resolve_key(key)
     report = CheckReport(path)
     if not os.path.isfile(path):
         report.problems.append(f"there is no file at {path}")
@@ -136,10 +163,14 @@ def check(path: str, *, key: str | None = None) -> CheckReport:
         # only on a connection that could write. A file this user may not write is read.
         writable = os.access(path, os.W_OK)
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=rw"
-        with closing(raw_connect(uri, uri=True) if writable else _read_only(path)) as conn:
+        conn = raw_connect(uri, uri=True, key=cipher) if writable else _read_only(path, cipher)
+        with closing(conn):
             _check(conn, report)
-    except sqlite3.Error as exc:
-        report.problems.append(f"SQLite cannot read it: {exc}")
+    except connection.ERRORS as exc:
+        if cipher is not None and error_code(exc) == SQLITE_NOTADB:
+            report.problems.append("it cannot be read with the key given (or is not encrypted)")
+        else:
+            report.problems.append(f"SQLite cannot read it: {exc}")
     return report
 
 
@@ -192,5 +223,5 @@ def _check_fts(conn: sqlite3.Connection, fts: str, content: str, problems: list[
     try:
         # rank 1: compare the index with the content table, not only with itself.
         conn.execute(f"INSERT INTO {fts}({fts}, rank) VALUES ('integrity-check', 1)")
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
         problems.append(f"the keyword index {fts} does not match its {content} ({exc})")

@@ -13,9 +13,12 @@ import logging
 import os
 import sqlite3
 import threading
+from typing import Any
 
 from ...errors import StoreError, StoreLockedError
 from ...text import em_fold
+from .cipher import CipherKey, apply_key, driver
+from .files import create_private_file
 
 logger = logging.getLogger("elastimem")
 
@@ -47,6 +50,22 @@ _MESSAGE_CODES = (
     ("disk i/o error", SQLITE_IOERR),
 )
 
+# The DB-API errors a store connection may raise. SQLCipher's driver (an encrypted store,
+# ``cipher_connect``) has its own classes, not subclasses of ``sqlite3.Error``: they are added
+# here before its first connection exists. Catch ``ERRORS`` through this module
+# (``except connection.ERRORS``), so the tuple is looked up when the except clause runs.
+ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,)
+INTEGRITY_ERRORS: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+
+
+def _add_driver_errors(error: type[Exception], integrity: type[Exception]) -> None:
+    """Let every ``except connection.ERRORS`` catch another driver's errors too."""
+    global ERRORS, INTEGRITY_ERRORS
+    if error not in ERRORS:
+        ERRORS = (*ERRORS, error)
+        INTEGRITY_ERRORS = (*INTEGRITY_ERRORS, integrity)
+
+
 _path_locks: dict[str, threading.RLock] = {}
 _path_locks_guard = threading.Lock()
 _wal_warned = False
@@ -58,12 +77,25 @@ _wal_warned = False
 # holds the last connection, checkpoint and delete the -wal/-shm under this one (stale reads,
 # "database disk image is malformed"). So nothing opens such a file outside SQLite.
 _open_files: dict[str, int] = {}
+# Those of them opened with a key. An encrypted store's connections are SQLCipher's, another
+# copy of SQLite with its own lock bookkeeping: a plain sqlite3 connection opened and closed
+# on the same file would drop them too, so an open without the key (or with a key, of a plain
+# file) is refused by this record, without any connection (``opening.check_file``).
+_open_encrypted: set[str] = set()
 
 
-def note_open(resolved: str) -> None:
+def note_open(resolved: str, *, encrypted: bool = False) -> None:
     """Count one more open store of the file at ``resolved`` in this process."""
     with _path_locks_guard:
         _open_files[resolved] = _open_files.get(resolved, 0) + 1
+        if encrypted:
+            _open_encrypted.add(resolved)
+
+
+def open_encrypted(resolved: str) -> bool:
+    """True while this process has the store at ``resolved`` open with a key."""
+    with _path_locks_guard:
+        return resolved in _open_encrypted
 
 
 def note_closed(resolved: str) -> None:
@@ -74,6 +106,7 @@ def note_closed(resolved: str) -> None:
             _open_files[resolved] = left
         else:
             _open_files.pop(resolved, None)
+            _open_encrypted.discard(resolved)
 
 
 def open_here(resolved: str) -> bool:
@@ -103,7 +136,7 @@ def error_code(exc: BaseException) -> int | None:
     return None
 
 
-def translate_error(exc: sqlite3.Error, path: str, action: str = "access") -> StoreError:
+def translate_error(exc: BaseException, path: str, action: str = "access") -> StoreError:
     """A ``StoreError`` (or ``StoreLockedError``) for a raw SQLite error, with a fix."""
     code = error_code(exc)
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
@@ -162,20 +195,65 @@ def configure(
     conn.execute("PRAGMA synchronous = NORMAL")
 
 
-def raw_connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
-    """A connection without pragmas yet: transactions are ours, any thread may use it."""
-    return sqlite3.connect(
-        target,
-        isolation_level=None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
-        check_same_thread=False,
-        timeout=BUSY_TIMEOUT_MS / 1000.0,
-        uri=uri,
-    )
+def raw_connect(
+    target: str, *, uri: bool = False, key: CipherKey | None = None
+) -> sqlite3.Connection:
+    """A connection without pragmas yet: transactions are ours, any thread may use it.
+    With ``key``, an SQLCipher connection with the key already applied (``cipher``)."""
+    options = {
+        "isolation_level": None,  # we issue BEGIN/COMMIT ourselves, nothing commits implicitly
+        "check_same_thread": False,
+        "timeout": BUSY_TIMEOUT_MS / 1000.0,
+        "uri": uri,
+    }
+    if key is not None:
+        return cipher_connect(target, key, **options)
+    return sqlite3.connect(target, **options)  # type: ignore[arg-type]
 
 
-def connect(target: str, *, writer: bool, read_only_uri: str | None = None) -> sqlite3.Connection:
+def cipher_connect(target: str, key: CipherKey | None, **kw: Any) -> sqlite3.Connection:
+    """An SQLCipher connection to ``target`` (``kw`` as ``sqlite3.connect`` takes them), keyed
+    with ``key`` before any statement touches the file; with None, SQLCipher reading a plain
+    file (to export it encrypted). Its errors are caught by ``except ERRORS``."""
+    dbapi2 = driver()
+    _add_driver_errors(dbapi2.Error, dbapi2.IntegrityError)
+    conn = dbapi2.connect(target, **kw)
+    try:
+        if key is not None:
+            apply_key(conn, key)
+        else:
+            conn.execute("PRAGMA cipher_log_level = NONE")
+            conn.execute("PRAGMA temp_store = MEMORY")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_destination(path: str, key: CipherKey | None) -> sqlite3.Connection:
+    """A connection to a new, empty file at ``path`` for a copy of a store: an SQLCipher
+    connection keyed with ``key`` when one is given (an encrypted copy), a plain one
+    otherwise; the file is created private first, as every store file is.
+
+    Made for ``source.backup(dest)`` (SQLite's online backup): it copies pages between
+    connections of one library, so the source must be a connection of the same kind, e.g.
+    ``raw_connect(store_path, key=database.cipher)``; a plain store copied to an encrypted
+    file (or the other way round) is ``rekey.convert``'s work instead."""
+    create_private_file(path)
+    if key is None:
+        return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    return cipher_connect(path, key, isolation_level=None, check_same_thread=False)
+
+
+def connect(
+    target: str,
+    *,
+    writer: bool,
+    read_only_uri: str | None = None,
+    key: CipherKey | None = None,
+) -> sqlite3.Connection:
     """A configured connection to ``target`` (through ``read_only_uri`` when one is given)."""
-    conn = raw_connect(read_only_uri or target, uri=read_only_uri is not None)
+    conn = raw_connect(read_only_uri or target, uri=read_only_uri is not None, key=key)
     try:
         configure(conn, writer=writer, read_only=read_only_uri is not None)
     except BaseException:
@@ -188,7 +266,7 @@ def close_quietly(conn: sqlite3.Connection) -> None:
     """Close ``conn``; a failure to close changes nothing for the caller."""
     try:
         conn.close()
-    except sqlite3.Error:
+    except ERRORS:
         pass
 
 

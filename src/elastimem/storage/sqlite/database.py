@@ -27,6 +27,7 @@ from contextlib import contextmanager
 
 from ...errors import StoreClosedError, StoreError
 from . import connection, files, fts, migrations, opening
+from .cipher import CipherKey
 from .connection import MEMORY_PATH, close_quietly, file_identity, translate_error
 from .fts import FTS_TOKENIZER
 from .meta import get_meta, log_event, set_meta
@@ -66,8 +67,12 @@ class Database:
         lock: threading.RLock,
         *,
         read_only_uri: str | None = None,
+        cipher: CipherKey | None = None,
     ) -> None:
         self.path = path
+        # The store's encryption key (None: a plain file); every reader is keyed with it.
+        # A CipherKey never shows its material (repr, str, pickling).
+        self.cipher = cipher
         self.is_memory = path == MEMORY_PATH
         self.key = path  # one file, one user
         # Set when this process may not write the file or its folder: reads work, every
@@ -91,7 +96,7 @@ class Database:
         # The file this store opened, as (device, inode): see _check_still_the_file.
         self._identity = None if self.is_memory else file_identity(path)
         if not self.is_memory:
-            connection.note_open(path)
+            connection.note_open(path, encrypted=cipher is not None)
 
     # -- transactions ------------------------------------------------------------------------
 
@@ -116,7 +121,7 @@ class Database:
                     conn.execute("BEGIN IMMEDIATE")
                 else:
                     conn.execute(f"SAVEPOINT em_sp{depth}")
-            except sqlite3.Error as exc:
+            except connection.ERRORS as exc:
                 raise translate_error(exc, self.path, "write to") from exc
             self._depth = depth + 1
             self._owner = threading.get_ident()
@@ -124,13 +129,13 @@ class Database:
                 yield SqliteTx(conn)
             except BaseException as exc:
                 self._finish(depth, commit=False)
-                if isinstance(exc, sqlite3.Error):
+                if isinstance(exc, connection.ERRORS):
                     raise translate_error(exc, self.path, "write to") from exc
                 raise
             else:
                 try:
                     self._finish(depth, commit=True)
-                except sqlite3.Error as exc:
+                except connection.ERRORS as exc:
                     self._finish(depth, commit=False, quiet=True)
                     raise translate_error(exc, self.path, "write to") from exc
 
@@ -162,14 +167,14 @@ class Database:
             else:
                 conn.execute(f"ROLLBACK TO em_sp{depth}")
                 conn.execute(f"RELEASE em_sp{depth}")
-        except sqlite3.Error:
+        except connection.ERRORS:
             if commit or not quiet:
                 raise
             # A failed rollback leaves SQLite's own automatic rollback in place.
             if depth == 0 and conn.in_transaction:
                 try:
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                except connection.ERRORS:
                     pass
         self._depth = depth
         if depth == 0:
@@ -188,23 +193,23 @@ class Database:
                     raise StoreClosedError(f"{self.path} is closed")
                 try:
                     yield SqliteTx(self._writer)
-                except sqlite3.Error as exc:
+                except connection.ERRORS as exc:
                     raise translate_error(exc, self.path, "read") from exc
             return
         conn = self._begin_read()
         try:
             try:
                 conn.execute("BEGIN")
-            except sqlite3.Error as exc:
+            except connection.ERRORS as exc:
                 raise translate_error(exc, self.path, "read") from exc
             try:
                 yield SqliteTx(conn)
-            except sqlite3.Error as exc:
+            except connection.ERRORS as exc:
                 raise translate_error(exc, self.path, "read") from exc
             finally:
                 try:
                     conn.execute("COMMIT")
-                except sqlite3.Error:
+                except connection.ERRORS:
                     pass
         finally:
             self._end_read(conn)
@@ -240,10 +245,12 @@ class Database:
         # read another file that replaced it.
         self._check_still_the_file()
         try:
-            conn = connection.connect(self.path, writer=False, read_only_uri=self.read_only_uri)
+            conn = connection.connect(
+                self.path, writer=False, read_only_uri=self.read_only_uri, key=self.cipher
+            )
             # Readers never write: enforce it.
             conn.execute("PRAGMA query_only = ON")
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise translate_error(exc, self.path, "read") from exc
         with self._readers_guard:
             if self._closed:
@@ -278,7 +285,7 @@ class Database:
         with self._lock:
             try:
                 self._writer.execute(f"PRAGMA wal_checkpoint({mode})")
-            except sqlite3.Error as exc:
+            except connection.ERRORS as exc:
                 logger.debug("checkpoint(%s) of %s failed: %s", mode, self.path, exc)
 
     def close(self) -> None:
@@ -307,29 +314,33 @@ class Database:
 # -- opening -----------------------------------------------------------------------------------
 
 
-def open_store(path: str | os.PathLike[str], *, create: bool = True) -> Database:
+def open_store(
+    path: str | os.PathLike[str], *, create: bool = True, key: CipherKey | None = None
+) -> Database:
     """Open, recover, migrate and reconcile a store (§4.5 steps 1–4).
 
     ``create`` False opens only an existing store: a missing path, an empty file or an
     SQLite file without tables raises ``StoreError`` and nothing is created (no folder, no
     file). A file that is not SQLite at all is refused untouched whatever ``create`` says.
+    ``key`` opens (or creates) an encrypted store (``cipher``); a missing or wrong key is
+    ``EncryptionKeyError`` and the file is left exactly as it was.
     """
     refuse_database_url(os.fspath(path), file_only=True)
     if not create:
         opening.require_existing(path)  # before resolve_path, which creates missing folders
     resolved = resolve_path(path)
-    opening.check_file(resolved, create=create)
+    opening.check_file(resolved, create=create, key=key)
     lock = threading.RLock() if resolved == MEMORY_PATH else connection.path_lock(resolved)
     if opening.cannot_write(resolved):
-        return _open_read_only(resolved, lock)
+        return _open_read_only(resolved, lock, key)
     # Made private before SQLite opens it, so it is never readable by others (SQLite's own
     # create would follow the umask, typically 0644); -wal and -shm then take its mode.
     created = resolved != MEMORY_PATH and create and files.create_private_file(resolved)
     with lock:
-        conn, recovery = opening.connect_checked(resolved, create=create)
+        conn, recovery = opening.connect_checked(resolved, create=create, key=key)
         if not created and recovery is None:
             files.warn_if_shared(resolved)
-        db = Database(resolved, conn, lock)
+        db = Database(resolved, conn, lock, cipher=key)
         if recovery is not None:
             db.set_aside = os.path.join(os.path.dirname(resolved), recovery["moved_to"])
         try:
@@ -347,15 +358,15 @@ def open_store(path: str | os.PathLike[str], *, create: bool = True) -> Database
     return db
 
 
-def _open_read_only(resolved: str, lock: threading.RLock) -> Database:
+def _open_read_only(resolved: str, lock: threading.RLock, key: CipherKey | None = None) -> Database:
     """Open a store this process cannot write: no migration, no FTS rebuild, no recovery.
 
     A damaged file is never set aside here (that would need write access); an old schema
     cannot be migrated, so it is refused with a message saying how to fix it.
     """
-    conn, uri = opening.connect_read_only(resolved)
+    conn, uri = opening.connect_read_only(resolved, key)
     files.warn_if_shared(resolved)
-    db = Database(resolved, conn, lock, read_only_uri=uri)
+    db = Database(resolved, conn, lock, read_only_uri=uri, cipher=key)
     try:
         with lock:
             # Search the FTS index only if it is current; otherwise the LIKE legs answer.

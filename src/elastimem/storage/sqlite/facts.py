@@ -26,6 +26,7 @@ from ..facts import (
     fact_from_row,
 )
 from ..meta import FACTS_STAMP_KEY
+from . import connection
 
 
 def _marks(n: int) -> str:
@@ -77,7 +78,7 @@ class SqliteFactRows:
                     origin_session_id,
                 ),
             )
-        except sqlite3.IntegrityError as exc:
+        except connection.INTEGRITY_ERRORS as exc:
             if self.live_version(key) is None:
                 raise  # another constraint (a CHECK): the store's own error says which
             raise StoreError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from . import connection
 from .meta import get_meta, log_event, set_meta
 
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -61,7 +62,7 @@ def fts5_available(conn: sqlite3.Connection) -> bool:
         conn.execute("CREATE VIRTUAL TABLE temp.em_fts_probe USING fts5(x)")
         conn.execute("DROP TABLE temp.em_fts_probe")
         return True
-    except sqlite3.Error:
+    except connection.ERRORS:
         return False
 
 
@@ -77,7 +78,7 @@ def tables_readable(conn: sqlite3.Connection) -> bool:
         for table in ("chunks_fts", "facts_fts"):
             conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH '\"x\"' LIMIT 1")
         return True
-    except sqlite3.Error:
+    except connection.ERRORS:
         return False
 
 

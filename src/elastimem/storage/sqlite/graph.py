@@ -21,6 +21,7 @@ from typing import Any
 from ...errors import StoreError
 from ..graph import GraphNode, dump_aliases, load_aliases
 from ..meta import FACTS_STAMP_KEY, GRAPH_STAMP_KEY
+from . import connection
 from .migrations import ensure_self_node
 
 PARAM_BATCH = 500
@@ -91,7 +92,7 @@ def _chunk_filter(
     return "".join(f" AND {c}" for c in clauses), params
 
 
-def _read_failed(exc: sqlite3.Error) -> StoreError:
+def _read_failed(exc: BaseException) -> StoreError:
     err = StoreError(f"a graph read failed: {exc}")
     err.__cause__ = exc
     return err
@@ -114,7 +115,7 @@ class SqliteGraphRows:
             files = [
                 str(r[2]) for r in self._conn.execute("PRAGMA database_list") if r[1] == "main"
             ]
-        except sqlite3.Error:
+        except connection.ERRORS:
             files = []
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'created_at'").fetchone()
         return (files[0] if files else None, row[0] if row else None)
@@ -192,7 +193,7 @@ class SqliteGraphRows:
                         f"SELECT id, confidence FROM graph_nodes WHERE id IN ({marks})", list(part)
                     )
                 )
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise _read_failed(exc) from exc
         return out
 
@@ -492,7 +493,7 @@ class SqliteGraphRows:
             return self._conn.execute(
                 sql, (*seeds, self_id, hop_factor, hops, self_id, self_id)
             ).fetchall()
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise _read_failed(exc) from exc
 
     def stamped_neighbourhoods(
@@ -523,7 +524,7 @@ class SqliteGraphRows:
         # together set off the garbage collector's full pass (~80 ms in the benchmark).
         try:
             yield from self._conn.execute(sql, params)
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise _read_failed(exc) from exc
 
     # -- mentions --------------------------------------------------------------------------
@@ -644,7 +645,7 @@ class SqliteGraphRows:
                 "ORDER BY c.created_at DESC, c.id DESC LIMIT ?)",
                 (node_id, now, phrase, limit),
             ).rowcount
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise _read_failed(exc) from exc
 
     def move_mentions(self, from_node: int, to_node: int) -> None:

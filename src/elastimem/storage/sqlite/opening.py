@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ...clock import now_ts
-from ...errors import ConfigError, SchemaTooNewError, StoreError
+from ...errors import ConfigError, EncryptionKeyError, SchemaTooNewError, StoreError
 from ..addresses import refuse_database_url
-from . import files, fts, migrations
+from . import connection, files, fts, migrations
+from .cipher import SQLITE_HEADER, CipherKey, looks_encrypted
 from .connection import (
     MEMORY_PATH,
     SQLITE_CORRUPT,
@@ -41,8 +42,6 @@ from .tx import SqliteTx
 
 logger = logging.getLogger("elastimem")
 
-# The first 16 bytes of every SQLite 3 database file (https://sqlite.org/fileformat.html).
-SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables every elastimem layout has had: a file holding them without a ``meta`` table is
 # a very early store (version 1); a file without them is another program's database.
 _CORE_TABLES = frozenset({"sessions", "messages", "chunks", "facts"})
@@ -122,7 +121,35 @@ def require_existing(path: str | os.PathLike[str]) -> None:
         raise StoreError(_missing_store(os.path.abspath(target)))
 
 
-def check_file(resolved: str, *, create: bool) -> None:
+def _needs_key(path: str) -> EncryptionKeyError:
+    return EncryptionKeyError(
+        f"{path} is encrypted (or is not an SQLite file) and no key was given; it was left "
+        "unchanged: open it with its key (key=..., ELASTIMEM_KEY or ELASTIMEM_KEY_FILE, or "
+        "--key-file on the command line)"
+    )
+
+
+def _not_encrypted(path: str) -> EncryptionKeyError:
+    return EncryptionKeyError(
+        f"a key was given but {path} is not encrypted; it was left unchanged: open it without "
+        "a key, or encrypt it first (elastimem --db PATH --key-file FILE encrypt)"
+    )
+
+
+def wrong_key(path: str, exc: BaseException | None = None) -> StoreError:
+    """The error for an encrypted store the key does not open: never 'corrupt', never moved."""
+    if exc is not None and error_code(exc) == SQLITE_CORRUPT:
+        return StoreError(
+            f"{path} is an encrypted store with damaged pages ({exc}); it was left unchanged: "
+            "restore it from a backup"
+        )
+    return EncryptionKeyError(
+        f"{path} cannot be read with the key given: the key is wrong (or the file is not an "
+        "elastimem store); it was left unchanged: open it with the key it was encrypted with"
+    )
+
+
+def check_file(resolved: str, *, create: bool, key: CipherKey | None = None) -> None:
     """§4.5 step 1, before SQLite touches the file: refuse what is not an SQLite database.
 
     A text file, a picture or an encrypted database given as the store was "corrupt" to the
@@ -151,12 +178,23 @@ def check_file(resolved: str, *, create: bool) -> None:
             raise StoreError(_no_store_yet(resolved))
         return
     if open_here(resolved):
-        return  # an open store (and reading it here would drop this process's locks on it)
+        # An open store (and reading it here would drop this process's locks on it).
+        if connection.open_encrypted(resolved) and key is None:
+            raise _needs_key(resolved)
+        if not connection.open_encrypted(resolved) and key is not None:
+            raise _not_encrypted(resolved)
+        return
     try:
         with open(resolved, "rb") as handle:
             header = handle.read(len(SQLITE_HEADER))
     except OSError:
         return  # unreadable: SQLite's error names it
+    if header == SQLITE_HEADER and key is not None:
+        raise _not_encrypted(resolved)
+    if header != SQLITE_HEADER and key is not None:
+        return  # an encrypted store, or not: the keyed probe tells (``wrong_key``)
+    if header != SQLITE_HEADER and looks_encrypted(resolved):
+        raise _needs_key(resolved)
     if header != SQLITE_HEADER:
         raise StoreError(
             f"{resolved} is not an elastimem store (not an SQLite file); it was left unchanged: "
@@ -216,23 +254,29 @@ def _quarantine_corrupt(resolved: str) -> str:
     return aside
 
 
-def connect_read_only(resolved: str) -> tuple[sqlite3.Connection, str]:
+def connect_read_only(
+    resolved: str, key: CipherKey | None = None
+) -> tuple[sqlite3.Connection, str]:
     """A read-only connection and the URI that made it (readers reuse it)."""
     base = "file:" + urllib.parse.quote(resolved) + "?mode=ro"
     try:
-        conn = connect(resolved, writer=True, read_only_uri=base)
+        conn = connect(resolved, writer=True, read_only_uri=base, key=key)
         _probe(conn)
         return conn, base
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
+        if key is not None and error_code(exc) in (SQLITE_NOTADB, SQLITE_CORRUPT):
+            raise wrong_key(resolved, exc) from exc
         if error_code(exc) != SQLITE_READONLY:
             raise translate_error(exc, resolved, "open") from exc
     # A WAL store in a folder we cannot write has no -shm to share: SQLite can then read it
     # only as an immutable snapshot.
     immutable = base + "&immutable=1"
     try:
-        conn = connect(resolved, writer=True, read_only_uri=immutable)
+        conn = connect(resolved, writer=True, read_only_uri=immutable, key=key)
         _probe(conn)
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
+        if key is not None and error_code(exc) in (SQLITE_NOTADB, SQLITE_CORRUPT):
+            raise wrong_key(resolved, exc) from exc
         raise translate_error(exc, resolved, "open") from exc
     pending = os.path.exists(resolved + "-wal")
     logger.warning(
@@ -245,12 +289,14 @@ def connect_read_only(resolved: str) -> tuple[sqlite3.Connection, str]:
 
 
 def connect_checked(
-    resolved: str, *, create: bool = True
+    resolved: str, *, create: bool = True, key: CipherKey | None = None
 ) -> tuple[sqlite3.Connection, dict[str, str] | None]:
     """Connect and probe, setting a corrupt file aside once. Returns (conn, recovery detail).
 
     With ``create`` False the file is opened with ``mode=rw``, so a file removed since it was
-    checked is not created anew, and a file without tables is refused untouched.
+    checked is not created anew, and a file without tables is refused untouched. With a
+    ``key`` nothing is ever set aside: a page the key cannot read means a wrong key far more
+    often than damage, and moving a store away for a mistyped passphrase would lose it.
     """
     recovery: dict[str, str] | None = None
     for attempt in range(2):
@@ -260,6 +306,7 @@ def connect_checked(
             conn = raw_connect(
                 "file:" + urllib.parse.quote(resolved) + "?mode=rw" if existing_only else resolved,
                 uri=existing_only,
+                key=key,
             )
             # Before configure: switching to WAL would already change a foreign file.
             version = None if resolved == MEMORY_PATH else _schema_version(conn, resolved)
@@ -272,9 +319,13 @@ def connect_checked(
             if conn is not None:
                 conn.close()
             raise
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             code = error_code(exc)
             corrupt = code in (SQLITE_NOTADB, SQLITE_CORRUPT) and resolved != MEMORY_PATH
+            if corrupt and key is not None:
+                if conn is not None:
+                    conn.close()
+                raise wrong_key(resolved, exc) from exc
             aside = None
             if corrupt and existing_only:
                 # Setting it aside would leave no store at all: say so, change nothing.
@@ -348,7 +399,7 @@ def migrate(conn: sqlite3.Connection, atomic: Atomic, path: str) -> None:
     """
     try:
         version = _schema_version(conn, path)
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
         raise translate_error(exc, path, "read") from exc
     if version is None:
         _create_fresh(atomic)
@@ -451,5 +502,5 @@ def read_only_fts(conn: sqlite3.Connection, path: str) -> bool:
                 "is read-only; open it once with write access to migrate it"
             )
         return fts.usable_read_only(conn)
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
         raise translate_error(exc, path, "read") from exc

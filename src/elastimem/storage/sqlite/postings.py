@@ -21,6 +21,7 @@ import numpy as np
 from ...errors import StoreError
 from ...text import em_fold
 from ..postings import ERASE_GEN_KEY, PostingRows, PostingsState
+from . import connection
 from .fts import FTS_TOKENIZER, fts_match_expression
 
 _T = TypeVar("_T")
@@ -54,7 +55,7 @@ def _fts_table(corpus: str) -> str:
 def _guarded(action: str, call: Callable[[], _T]) -> _T:
     try:
         return call()
-    except sqlite3.Error as exc:
+    except connection.ERRORS as exc:
         raise StoreError(f"could not {action}: {exc}") from exc
 
 
@@ -149,7 +150,7 @@ class SqlitePostingRows:
                     return
                 terms, docs, counts = zip(*rows)
                 yield terms, np.array(docs, dtype=np.int64), np.array(counts, dtype=np.int32)
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise StoreError(f"could not read the keyword index's postings: {exc}") from exc
 
     def tokenizer(self) -> SqliteTokenizer:
@@ -259,7 +260,7 @@ class SqlitePostingRows:
     def _scores(self, sql: str, params: list[object], what: str) -> list[tuple[int, float]] | None:
         try:
             rows = self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:  # a MATCH FTS5 refuses, a closed connection
+        except connection.ERRORS as exc:  # a MATCH FTS5 refuses, a closed connection
             logger.debug("%s search failed: %s", what, exc)
             return None
         return [(int(r[0]), float(r[1])) for r in rows]
@@ -312,7 +313,7 @@ def _ensure_vocab(conn: sqlite3.Connection, vocab: str, table: str, kind: str) -
     try:
         conn.execute(f"SELECT 1 FROM {vocab} LIMIT 0")
         return
-    except sqlite3.OperationalError:
+    except connection.ERRORS:  # no such table yet (an encrypted store's driver has its own)
         pass
     query_only = bool(conn.execute("PRAGMA query_only").fetchone()[0])
     if query_only:  # a reader: a temp table is no write to the store

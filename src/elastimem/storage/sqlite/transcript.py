@@ -324,11 +324,12 @@ class SqliteTranscriptRows:
             )
         return found
 
-    def chunks_without_vector(self, limit: int) -> list[tuple[int, str]]:
+    def chunks_without_vector(self, limit: int, *, newest: bool = False) -> list[tuple[int, str]]:
+        order = "DESC" if newest else "ASC"  # both walk idx_chunks_unembedded
         return [
             (int(r[0]), str(r[1]))
             for r in self._conn.execute(
-                "SELECT id, text FROM chunks WHERE embedding IS NULL ORDER BY id LIMIT ?",
+                f"SELECT id, text FROM chunks WHERE embedding IS NULL ORDER BY id {order} LIMIT ?",
                 (limit,),
             )
         ]

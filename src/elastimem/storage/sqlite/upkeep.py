@@ -11,13 +11,14 @@ secure_delete=ON`` (freed cells and pages are zeroed), then merges the FTS segme
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import connection
 from .admin import FTS_TABLES
+from .cipher import CipherKey
 from .database import Database, translate_error
 from .meta import get_meta
 
@@ -43,14 +44,14 @@ class SqliteUpkeep:
         writer = self._db.writer_connection()
         try:
             writer.execute("PRAGMA secure_delete = ON")
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             raise translate_error(exc, self._db.path, "erase from") from exc
         try:
             yield
         finally:
             try:
                 writer.execute("PRAGMA secure_delete = OFF")
-            except sqlite3.Error as exc:  # a closed or broken connection: nothing to restore
+            except connection.ERRORS as exc:  # a closed or broken connection: nothing to restore
                 logger.debug("could not reset secure_delete: %s", exc)
 
     def purge_erased(self, tables: Collection[str]) -> None:
@@ -80,7 +81,7 @@ class SqliteUpkeep:
             self._clear_stale_fts()
         try:
             writer.execute("VACUUM")
-        except sqlite3.Error as exc:
+        except connection.ERRORS as exc:
             logger.warning(
                 "erase removed the rows, but %s could not be rewritten (%s); erased text may "
                 "stay in the file's free space until a later erase or VACUUM succeeds",
@@ -89,7 +90,7 @@ class SqliteUpkeep:
         for attempt in range(CHECKPOINT_ATTEMPTS):
             try:
                 busy = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            except sqlite3.Error as exc:
+            except connection.ERRORS as exc:
                 busy = (1, str(exc))
             if not busy or not busy[0]:
                 return
@@ -121,20 +122,25 @@ class SqliteUpkeep:
                         conn.execute(f'DELETE FROM "{table}{suffix}"')
 
 
-def peek_meta(path: str | Path, key: str) -> str | None:
+def peek_meta(path: str | Path, key: str, cipher: CipherKey | None = None) -> str | None:
     """The meta value ``key`` of the store file at ``path``, read without writing anything;
-    None when unset, not a store, or unreadable.
+    None when unset, not a store, or unreadable (an encrypted store without its ``cipher``
+    key, or with a wrong one).
 
     ``immutable=1`` reads only the main file (no locks, no ``-wal``/``-shm`` created): a value
     still in another process's WAL is missed.
     """
     try:
-        conn = sqlite3.connect(f"{Path(path).as_uri()}?mode=ro&immutable=1", uri=True)
-    except (sqlite3.Error, ValueError):
+        uri = f"{Path(path).as_uri()}?mode=ro&immutable=1"
+    except ValueError:
+        return None
+    try:
+        conn = connection.raw_connect(uri, uri=True, key=cipher)
+    except connection.ERRORS:
         return None
     try:
         return get_meta(conn, key)
-    except sqlite3.Error:
+    except connection.ERRORS:
         return None  # not a store yet, or unreadable: the normal open decides
     finally:
         conn.close()

@@ -236,8 +236,9 @@ class SqliteVectorRows:
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         row = self._conn.execute(
             "SELECT 1 FROM chunks WHERE embedding IS NOT NULL "
-            "AND embedding_model LIKE ? ESCAPE '\\' LIMIT 1",
-            (pattern,),
+            "AND embedding_model LIKE ? ESCAPE '\\' UNION ALL SELECT 1 FROM fact_vectors "
+            "WHERE embedding_model LIKE ? ESCAPE '\\' LIMIT 1",
+            (pattern, pattern),
         ).fetchone()
         return row is not None
 
