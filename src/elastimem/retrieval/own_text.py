@@ -20,7 +20,9 @@ import logging
 
 import numpy as np
 
+from ..index import vector_writes
 from ..index.own_text import OwnTextHits
+from ..index.vector_hits import VectorHits
 from ..runtime.services import Services
 from ..storage.tx import Tx
 
@@ -43,18 +45,27 @@ def rescore(
     the chunk's own text when fewer than ``n`` were found; else ``found`` as it is."""
     if query is None or not found or len(found) >= n:
         return found
-    texts = dict(conn.transcript.chunk_texts([cid for cid, _ in found]))
-    vectors = _own_vectors(services, label, int(query.shape[0]), list(texts.values()))
+    dim = int(query.shape[0])
+    rows = conn.transcript.chunk_texts([cid for cid, _ in found])
+    # A chunk embedded without context (the first of its session, small talk) already has
+    # its own text's vector stored: its cosine stands, and nothing is embedded again.
+    passages = vector_writes.passage_texts(conn, rows)
+    need = {
+        cid: text for (cid, text), passage in zip(rows, passages, strict=True) if passage != text
+    }
+    vectors = _own_vectors(services, label, dim, list(need.values()))
     if vectors is None:
         return found
-    # The own cosine replaces the passage one (a blend kept some of the ride: tuning part
-    # top-1 0.871 at 1.0 and at 0.7, 0.878 at 0.85, one question apart; the simplest is kept).
-    own = {cid: vectors[text] for cid, text in texts.items()}
-    rows = [
-        (cid, float(np.dot(own[cid], query)) if cid in own else cosine) for cid, cosine in found
+    own = {cid: vectors[text] for cid, text in need.items()}
+    alone = np.fromiter((cid for cid, _ in rows if cid not in need), dtype=np.int64)
+    if alone.size and isinstance(found, VectorHits):
+        held, matrix = found.vectors_of(alone)  # for the feedback term
+        own.update((cid, matrix[i]) for i, cid in enumerate(alone.tolist()) if held[i])
+    out = [
+        (cid, float(np.dot(own[cid], query)) if cid in need else cosine) for cid, cosine in found
     ]
-    rows.sort(key=lambda row: (-row[1], -row[0]))
-    return OwnTextHits(rows, own, int(query.shape[0]), found)
+    out.sort(key=lambda row: (-row[1], -row[0]))
+    return OwnTextHits(out, own, dim, found)
 
 
 def _own_vectors(
