@@ -2,7 +2,8 @@
 
 Owns: the one query path (``query.rank_query``), embedding what still waits for a vector
 before a query (``catch_up``: read your writes by meaning), the legs of a query (``legs``: the
-chunks' and the facts' vector legs, the graph signal), their fusion and ranking (``rank``),
+chunks' and the facts' vector legs, the graph signal; ``own_text``: a small pool re-scored
+on each chunk's own text), their fusion and ranking (``rank``, on ``scale``'s scales),
 the timeline (``timeline``), and warm-up and priming with the keyword index a query uses
 (``warm``). ``recall``, ``explain`` and ``build_context`` all rank through ``rank_query``,
 so a hit scores the same wherever it is shown.

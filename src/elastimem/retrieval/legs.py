@@ -16,6 +16,7 @@ from ..governor import MemoryProfile
 from ..memory import fact_vectors
 from ..runtime.services import Services, active_dim, vector_gate
 from ..storage.tx import Tx
+from . import own_text
 from .rank import FACT_CANDIDATES, FactVectorFinish, FactVectorLeg, Filters, VectorFinish
 
 logger = logging.getLogger("elastimem")
@@ -104,7 +105,9 @@ def vector_leg(
             if query is None or not usable(conn, query):
                 return _no_leg
             report.state = "used"
-            return vectors.start_search(conn, query, label, filters, n)
+            search = vectors.start_search(conn, query, label, filters, n)
+            # a small pool is re-scored on the chunks' own texts (own_text.py)
+            return lambda: own_text.rescore(services, conn, label, query, search(), n)
 
         def finish() -> list[tuple[int, float]] | None:
             # The embedding ran beside the keyword legs; the search follows it.
@@ -116,7 +119,8 @@ def vector_leg(
             if not usable(conn, vector):
                 return None
             report.state = "used"
-            return vectors.search(conn, vector, label, filters, n)
+            found = vectors.search(conn, vector, label, filters, n)
+            return own_text.rescore(services, conn, label, vector, found, n)
 
         return finish
 

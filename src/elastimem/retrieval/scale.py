@@ -16,6 +16,8 @@ are few at any store size.
 
 from __future__ import annotations
 
+from ..index.own_text import OwnTextHits
+
 # The chunks' absolute cosine scale (all-MiniLM-L6-v2), on the tuning part of
 # benchmarks/data/small_stores.json: see the record in rank.py (issue 26).
 CHUNK_COSINE_FLOOR = 0.15
@@ -133,8 +135,12 @@ def unride(
     about scores nearly as high, or higher ("Do I own any animals?" -> the ramen exchange
     embedded with the collie one). The part of the previous chunk's cosine that is its own
     (above the cosine of the chunk before *it*, its own context) is what the next one may
-    owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine.
+    owe it: ``RIDE_SHARE`` of that is taken from the next chunk's cosine. Cosines already
+    taken on the chunks' own texts (``index.own_text.OwnTextHits``) owe nothing: returned
+    as given.
     """
+    if isinstance(found, OwnTextHits):
+        return found
     cosine = dict(found)
     by_session: dict[int, list[int]] = {}
     for cid, session_id, _created, _importance in rows:

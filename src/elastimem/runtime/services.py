@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..config import ElastimemConfig
 from ..governor import MemoryProfile
 from ..index.keyword import KeywordIndexes
+from ..index.own_text import OwnTextVectors
 from ..index.vectors import EmbeddingSource, VectorIndex
 from ..memory import episodic, fact_vectors, semantic
 from ..storage.database import Database
@@ -50,6 +51,7 @@ class Services:
     keyword: KeywordIndexes = field(default_factory=KeywordIndexes)
     live_facts: semantic.LiveFactsCache = field(default_factory=semantic.LiveFactsCache)
     fact_vectors: fact_vectors.FactVectorCache = field(default_factory=fact_vectors.FactVectorCache)
+    own_text: OwnTextVectors = field(default_factory=OwnTextVectors)
     warned: set[str] = field(default_factory=set)
     # Set by close() first thing: a recall waiting for the model stops waiting (vector_gate).
     closing: bool = False

@@ -1,0 +1,120 @@
+"""A small store's vector leg on each chunk's own text (issue 26, retrieval/own_text.py).
+
+A chunk's stored vector embeds the turn before it as context, which lets a short exchange
+drown in its neighbour's words on a person's first small store. A pool that is not full is
+re-scored by the cosine of each chunk's own text, embedded once per text and kept in
+memory; a full pool (every large store) costs nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import elastimem
+from tests.conftest import HashEmbedder
+
+TERSE_TURNS = [
+    ("postgres 15 on the prod box, 64GB ram", "Noted."),
+    ("deploys via github actions, k8s on GKE", "Okay."),
+    ("main service is Go, workers are python 3.12", "Got it."),
+    ("oncall rotation: every 3rd week", "Noted."),
+    ("hate YAML. prefer TOML for config", "Understood."),
+    ("editor: neovim w/ lazy.nvim", "Noted."),
+    ("team lead = Farid", "Ok."),
+    ("tests take 14 min in CI, want < 5", "That's a reasonable target."),
+    ("laptop: thinkpad x1, arch linux", "Noted."),
+]
+
+
+@pytest.fixture(scope="module")
+def terse_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
+    mem = elastimem.Elastimem(str(tmp_path_factory.mktemp("terse") / "terse.db"))
+    if not mem.warm_up(120):
+        mem.close()
+        pytest.skip("the built-in embedder is not installed")
+    for user, assistant in TERSE_TURNS:
+        mem.record_turn(user, assistant)
+    while not mem.drain(timeout=30):
+        pass
+    yield mem
+    mem.close()
+
+
+@pytest.mark.embedder
+@pytest.mark.parametrize(
+    "question", ["What computer do I have?", "Which operating system is on my machine?"]
+)
+def test_a_short_exchange_is_not_drowned_by_the_turn_before_it(
+    terse_store: elastimem.Elastimem, question: str
+) -> None:
+    # On main the "prod box" exchange came first: the laptop's vector carried the CI turn
+    # before it, which said more than the eight words of its own.
+    assert "thinkpad" in terse_store.recall(question, k=3)[0].text
+    assert "thinkpad" in terse_store.explain(question, k=3).hits[0].text  # one query path
+
+
+def _passages(embedder: HashEmbedder) -> list[str]:
+    return [text for call in embedder.calls for text in call]
+
+
+def test_a_small_store_embeds_each_chunks_own_text_once(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    embedder = HashEmbedder()
+    mem = make_store(embedder=embedder, query_embedder=embedder.vector)
+    for user, assistant in TERSE_TURNS[:4]:
+        mem.record_turn(user, assistant)
+    assert mem.drain(timeout=10)
+    embedder.calls.clear()
+    # the first query's pool, each chunk by its own text (without the turn before it),
+    # except the session's first: its stored vector is of its own text already
+    mem.recall("what database do we run?", k=3)
+    first = _passages(embedder)
+    embedder.calls.clear()
+    stored = {hit.text for hit in mem.recall("postgres github python oncall", k=10)}
+    assert len(stored) == 4
+    assert sorted(first) == sorted(t for t in stored if "postgres 15" not in t)
+    mem.recall("which language is the main service?", k=3)
+    assert _passages(embedder) == []  # then from memory
+    mem.record_turn(*TERSE_TURNS[8])
+    assert mem.drain(timeout=10)
+    embedder.calls.clear()
+    hits = mem.recall("what laptop do I have?", k=3)
+    assert _passages(embedder) == [hits[0].text]  # only the new chunk
+    assert "thinkpad" in hits[0].text
+
+
+def test_a_full_pool_embeds_nothing_at_query_time(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    embedder = HashEmbedder()
+    mem = make_store(embedder=embedder, query_embedder=embedder.vector)
+    for n in range(60):  # more chunks than the vector leg's pool (rank.VECTOR_CANDIDATES)
+        mem.record_turn(f"note {n}: the server rack {n} runs postgres", "Noted.")
+    assert mem.drain(timeout=30)
+    embedder.calls.clear()
+    assert mem.recall("which server runs postgres?", k=3)
+    assert embedder.calls == []
+
+
+def test_a_failing_embedder_keeps_the_stored_vectors(
+    make_store: Callable[..., elastimem.Elastimem],
+) -> None:
+    embedder = HashEmbedder()
+    working = {"on": True}
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        if not working["on"]:
+            raise RuntimeError("the embedder is down")
+        return embedder(texts)
+
+    mem = make_store(embedder=embed, query_embedder=embedder.vector)
+    for user, assistant in TERSE_TURNS[:4]:
+        mem.record_turn(user, assistant)
+    assert mem.drain(timeout=10)
+    working["on"] = False
+    hits = mem.explain("postgres prod box", k=3)
+    assert hits.vector_leg == "used"
+    assert "postgres" in hits.hits[0].text
