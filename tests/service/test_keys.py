@@ -270,7 +270,9 @@ def test_a_plain_keys_file_is_served_with_one_warning_naming_keys_add(tmp_path: 
     assert TOKENS["ana"] not in server.log()
 
 
-def test_only_an_admin_key_signs_in_to_the_inspector(tmp_path: Path) -> None:
+def test_the_inspector_honours_each_keys_scope(tmp_path: Path) -> None:
+    """Every key signs in to /ui and sees its user; a read key only looks, a write key also
+    edits, only an admin key erases (as on the REST API)."""
     pytest.importorskip("jinja2", reason="the inspector needs Jinja2")
     import httpx
 
@@ -282,14 +284,21 @@ def test_only_an_admin_key_signs_in_to_the_inspector(tmp_path: Path) -> None:
     admin = add_key(made, "ana", "admin", "owner")
     server = start_server(tmp_path, keys=json.loads(made.read_text()))
     try:
-        with httpx.Client(base_url=server.base, follow_redirects=True) as browser:
-            token = csrf_of(browser.get("/ui/facts").text)
-            # The inspector can edit, erase and import: a read or write key would pass its
-            # scope there.
-            for key in (read, write):
-                refused = browser.post("/ui/signin", data={"csrf": token, "key": key})
-                assert refused.status_code == 401
-            signed = browser.post("/ui/signin", data={"csrf": token, "key": admin})
-            assert signed.status_code == 200 and signed.url.path == "/ui/"
+        assert call(server, "PUT", "/v1/facts/city", admin, {"value": "Lyon"})[0] in (200, 201)
+        outcomes = {}
+        for name, key in (("read", read), ("write", write), ("admin", admin)):
+            with httpx.Client(base_url=server.base, follow_redirects=True) as browser:
+                token = csrf_of(browser.get("/ui/facts").text)
+                signed = browser.post("/ui/signin", data={"csrf": token, "key": key})
+                assert signed.status_code == 200 and signed.url.path == "/ui/", name
+                page = browser.get("/ui/facts")
+                assert page.status_code == 200 and "city" in page.text, name
+                token = csrf_of(page.text)
+                edit = browser.post("/ui/facts/city/edit", data={"csrf": token, "value": name})
+                erase = browser.get("/ui/facts/city/erase")
+                outcomes[name] = (edit.status_code, erase.status_code)
+                if name == "read":
+                    assert "may only look" in edit.text
+        assert outcomes == {"read": (403, 403), "write": (200, 403), "admin": (200, 200)}
     finally:
         assert stop_server(server) == 0

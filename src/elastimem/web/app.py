@@ -89,6 +89,13 @@ class _Headers:
         await self.app(scope, receive, send_with_headers)
 
 
+# The refusal of a change a signed-in key's scope does not cover (as the REST API's 403).
+SCOPE_WORDS = {"read": "only look", "write": "look and change facts", "admin": "do everything"}
+SCOPE_WORDS_NEEDED = {"read": "this page is for every key",
+                      "write": "changing memories needs a write or admin key",
+                      "admin": "erasing and importing need an admin key"}  # fmt: skip
+
+
 def _loopback_host(scope: Scope) -> bool:
     for name, value in scope["headers"]:
         if name == b"host":
@@ -166,9 +173,15 @@ def build_inspector(options: InspectorOptions) -> Starlette:
                 return found, False
         return sessions.start(options.owner), True
 
-    def guarded(handler: pages.Handler) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(
+        handler: pages.Handler, needs: str = "read"
+    ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             session, new = current(request)
+            if session.user_id is not None and not session.allows(needs):
+                return plain_page(request, session, "missing.html", "Not allowed", 403,
+                                  what=f"This key may {SCOPE_WORDS[session.scope]}; "
+                                  f"{SCOPE_WORDS_NEEDED[needs]}.")  # fmt: skip
             form: dict[str, Any] = {}
             if request.method == "POST":
                 async with request.form(max_part_size=MAX_FORM_PART) as data:
@@ -226,15 +239,15 @@ def build_inspector(options: InspectorOptions) -> Starlette:
         if not token_ok:
             return plain_page(request, session, "signin.html", "Sign in", 403,
                               error="The form had expired; try again.")  # fmt: skip
-        user_id = None
+        access = None
         if options.gate is not None and isinstance(key, str):
-            user_id = options.gate.user_for(key)
-        if user_id is None:
+            access = options.gate.access_for(key)
+        if access is None or not isinstance(key, str):
             return plain_page(request, session, "signin.html", "Sign in", 401,
                               error="That key is not valid here.")  # fmt: skip
         sessions.end(session.id)
         # A new id: the pre-sign-in one is not reused.
-        signed = sessions.start(user_id, key.strip() if isinstance(key, str) else None)
+        signed = sessions.start(access[0], key.strip(), access[1])
         response = RedirectResponse(request.scope.get("root_path", "") + "/", 303)
         _set_cookie(request, response, signed)
         return response
@@ -251,35 +264,35 @@ def build_inspector(options: InspectorOptions) -> Starlette:
                                httponly=True, samesite="strict")  # fmt: skip
         return response
 
-    def get(path: str, handler: pages.Handler) -> Route:
-        return Route(path, guarded(handler), methods=["GET"])
+    def get(path: str, handler: pages.Handler, needs: str = "read") -> Route:
+        return Route(path, guarded(handler, needs), methods=["GET"])
 
-    def post(path: str, handler: pages.Handler) -> Route:
-        return Route(path, guarded(handler), methods=["POST"])
+    def post(path: str, handler: pages.Handler, needs: str) -> Route:
+        return Route(path, guarded(handler, needs), methods=["POST"])
 
     routes = [
         get("/", pages.overview),
         get("/facts", pages.facts),
-        get("/facts/{key:path}/erase", pages.fact_erase_confirm),
-        post("/facts/{key:path}/edit", pages.fact_edit),
-        post("/facts/{key:path}/forget", pages.fact_forget),
-        post("/facts/{key:path}/erase", pages.fact_erase),
+        get("/facts/{key:path}/erase", pages.fact_erase_confirm, "admin"),
+        post("/facts/{key:path}/edit", pages.fact_edit, "write"),
+        post("/facts/{key:path}/forget", pages.fact_forget, "write"),
+        post("/facts/{key:path}/erase", pages.fact_erase, "admin"),
         get("/facts/{key:path}", pages.fact),
         get("/search", pages.search),
         get("/sessions", pages.sessions),
         get("/sessions/{session_id:int}", pages.session),
-        get("/sessions/{session_id:int}/erase", pages.session_erase_confirm),
-        post("/sessions/{session_id:int}/erase", pages.session_erase),
+        get("/sessions/{session_id:int}/erase", pages.session_erase_confirm, "admin"),
+        post("/sessions/{session_id:int}/erase", pages.session_erase, "admin"),
         get("/lessons", pages.lessons),
         get("/quarantine", pages.quarantine),
-        get("/quarantine/{entry_id:int}/promote", pages.promote_confirm),
-        post("/quarantine/{entry_id:int}/promote", pages.quarantine_promote),
-        post("/quarantine/{entry_id:int}/discard", pages.quarantine_discard),
+        get("/quarantine/{entry_id:int}/promote", pages.promote_confirm, "write"),
+        post("/quarantine/{entry_id:int}/promote", pages.quarantine_promote, "write"),
+        post("/quarantine/{entry_id:int}/discard", pages.quarantine_discard, "write"),
         get("/graph", pages.graph),
         get("/graph/frame", pages.graph_frame),
         get("/transfer", pages.transfer),
         get("/export", pages.export),
-        post("/import", pages.import_upload),
+        post("/import", pages.import_upload, "admin"),
         Route("/signin", signin_form, methods=["GET"]),
         Route("/signin", signin, methods=["POST"]),
         Route("/signout", signout, methods=["POST"]),

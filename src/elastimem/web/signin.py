@@ -27,6 +27,9 @@ LIFETIME_S = 8 * 3600
 ANONYMOUS_LIFETIME_S = 3600
 MAX_SESSIONS = 10_000
 
+# Key scopes, weakest first (as the service's keys file names them).
+SCOPES = ("read", "write", "admin")
+
 
 @dataclass
 class BrowserSession:
@@ -37,6 +40,12 @@ class BrowserSession:
     # The key it signed in with, kept in this process only, so that every request checks it
     # again: a key removed from the keys file (and reloaded) ends its sessions at once.
     key: str | None = field(default=None, repr=False)
+    # What the key may do (read < write < admin); the store's owner under `elastimem ui`
+    # without a keys file may do everything.
+    scope: str = "admin"
+
+    def allows(self, needed: str) -> bool:
+        return SCOPES.index(self.scope) >= SCOPES.index(needed)
 
 
 class Sessions:
@@ -57,13 +66,15 @@ class Sessions:
             return None
         return found
 
-    def start(self, user_id: str | None, key: str | None = None) -> BrowserSession:
+    def start(
+        self, user_id: str | None, key: str | None = None, scope: str = "admin"
+    ) -> BrowserSession:
         self._prune()
         lifetime = LIFETIME_S if user_id is not None else ANONYMOUS_LIFETIME_S
         session = BrowserSession(
             secrets.token_urlsafe(32), user_id, secrets.token_urlsafe(32),
             self._clock() + lifetime,
-            key,
+            key, scope,
         )  # fmt: skip
         self._by_id[session.id] = session
         return session
@@ -97,16 +108,23 @@ class KeyGate:
         self._keys = keys
         self._only_user = only_user
 
-    def user_for(self, key: str) -> str | None:
+    def access_for(self, key: str) -> tuple[str, str] | None:
+        """(user, scope) of a key, or None. Any scope signs in; each change asks for its own
+        (``app.post``): read keys look, write keys also edit, admin keys also erase and
+        import, as on the REST API."""
         key = key.strip()
         if not key:
             return None
-        # The one call site of the key ring's lookup (see the module docstring). The inspector
-        # edits, erases and imports: only a key whose scope allows all of it signs in.
+        # The one call site of the key ring's lookup (see the module docstring).
         principal = self._keys.lookup(key)  # type: ignore[attr-defined]
-        if principal is None or not principal.allows("admin"):
+        if principal is None:
             return None
         user_id = principal.user
         if user_id is None or (self._only_user is not None and user_id != self._only_user):
             return None
-        return str(user_id)
+        scope = getattr(principal, "scope", "admin")
+        return str(user_id), scope if scope in SCOPES else "read"
+
+    def user_for(self, key: str) -> str | None:
+        access = self.access_for(key)
+        return access[0] if access else None
