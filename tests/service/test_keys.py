@@ -299,6 +299,11 @@ def test_the_inspector_honours_each_keys_scope(tmp_path: Path) -> None:
                 outcomes[name] = (edit.status_code, erase.status_code)
                 if name == "read":
                     assert "may only look" in edit.text
+                # What a key may not do is not offered: no edit form for read, no erase link
+                # below admin.
+                shown = browser.get("/ui/facts/city").text
+                assert ("Save as a new version" in shown) == (name != "read"), name
+                assert ("Erase every version" in shown) == (name == "admin"), name
         assert outcomes == {"read": (403, 403), "write": (200, 403), "admin": (200, 200)}
     finally:
         assert stop_server(server) == 0

@@ -144,6 +144,7 @@ def build_inspector(options: InspectorOptions) -> Starlette:
             html = env.get_template(template).render(
                 title=title, base=request.scope.get("root_path", ""), csrf=session.csrf,
                 signed_in=session.user_id is not None, can_sign_out=options.owner is None,
+                can_write=session.allows("write"), can_erase=session.allows("admin"),
                 nav=request.url.path, **values,
             )  # fmt: skip
             return HTMLResponse(html, status_code=status)
