@@ -73,8 +73,8 @@ def scripted_llm(prompt: str, **_: object) -> str:
 
 
 def seed(path: Path) -> None:
-    with elastimem.open(path, disable_builtin_embedder=True, llm=scripted_llm,
-                        tier_override="full") as mem:  # fmt: skip
+    # The built-in model (extra embed), so the search page shows the meaning leg as users see it.
+    with elastimem.open(path, llm=scripted_llm, tier_override="full") as mem:
         for turns in CONVERSATIONS:
             mem.begin_session()
             for user, assistant in turns:
@@ -106,8 +106,8 @@ def main() -> int:
         store = Path(tmp) / "memory.db"
         seed(store)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "elastimem.cli", "ui", "--db", str(store), "--no-browser",
-             "--no-embedder"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [sys.executable, "-m", "elastimem.cli", "ui", "--db", str(store), "--no-browser"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "TZ": "Europe/Lisbon"},
         )  # fmt: skip
         assert proc.stdout is not None
