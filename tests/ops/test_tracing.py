@@ -147,7 +147,10 @@ def test_serve_continues_an_incoming_traceparent(
     spans_file = tmp_path / "spans.jsonl"
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'site'}{os.pathsep}{os.environ['PYTHONPATH']}")
+    # CI installs the package and sets no PYTHONPATH; a developer's may point at src/.
+    inherited = os.environ.get("PYTHONPATH")
+    site = str(tmp_path / "site")
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}{inherited}" if inherited else site)
     monkeypatch.setenv("SPANS_FILE", str(spans_file))
     server = start_server(tmp_path)
     try:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import elastimem
+from elastimem.memory import fact_vectors
 from elastimem.retrieval import rank as retrieval
 from tests.conftest import wait_until
 from tests.rows import execute, one
@@ -99,6 +100,27 @@ def test_a_remembered_fact_is_found_by_meaning(
     mem.close()
     keywords = make_store()
     assert fact_texts(keywords.recall("what am I allergic to?")) == []
+
+
+def test_the_embedded_text_leaves_out_ids_and_a_json_trailer() -> None:
+    # A framework item (integrations/_store_items): a digest in the key, a JSON trailer naming
+    # its user. Both changed the item's score by user id, across the fact floor (CI saw
+    # 0.326 for one user, 0.399 for another); the words alone are what a question matches.
+    def item(user: str, digest: str) -> str:
+        return fact_vectors.fact_text(
+            f"memories_{digest}", f'I never eat meat\n[["{user}", "memories"], "m2", "content"]'
+        )
+
+    assert item("alice-22733885", "78d972524281") == "my memories is I never eat meat"
+    assert item("bob-1", "0123abcdef99") == "my memories is I never eat meat"
+    assert fact_vectors.fact_text("favorite_color", "teal") == "my favorite color is teal"
+    # Words and values that only look alike are kept: a hex-looking word without a digit,
+    # a lone JSON value, a last line that is not JSON, a short number.
+    assert fact_vectors.fact_text("coffee_order", "decaf") == "my coffee order is decaf"
+    assert fact_vectors.fact_text("prefs", '{"theme": "dark"}') == 'my prefs is {"theme": "dark"}'
+    assert fact_vectors.fact_text("note", "a\n[not json") == "my note is a\n[not json"
+    assert fact_vectors.fact_text("pin_1234", "x") == "my pin 1234 is x"
+    assert fact_vectors.fact_text("deadbeef01", "x") == "my deadbeef01 is x"  # nothing else
 
 
 def test_a_question_about_nothing_stored_brings_no_fact(

@@ -16,7 +16,9 @@ An item ``(namespace, key) -> value`` (``value`` a JSON object) is one fact of t
 The item's words come first and as plain text because the fact's embedding (``my <key> is
 <value>``) and keyword search read them: with the built-in model a question's cosine to a
 short memory was 0.41 as plain text, 0.25 wrapped as ``{"content": ...}`` with its namespace
-and key, 0.35 as kept here; recall drops facts below 0.33.
+and key; recall drops facts below 0.33. The embedded text (``memory.fact_vectors.fact_text``)
+leaves out the key's digest and the JSON trailer, so an item's score does not depend on its
+user's id or key.
 
 So a re-put is a new version of the fact (the earlier value stays in ``fact_history``), a
 delete is ``forget`` (history kept), recall, build_context, export and erase see items as

@@ -23,6 +23,8 @@ embed job and ``queue`` in ``jobs.embed``, the query-time leg in ``retrieval.leg
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,8 +47,32 @@ def fact_text(key: str, value: str) -> str:
     eight off-topic questions' best fact (up to 0.317); as a sentence about the user,
     26 of 27 come first and every right answer (≥ 0.343) scores above every off-topic best
     but one that shares the fact's topic ("is coffee bad for you?" → coffee order, 0.42).
+
+    Two kinds of text carry no meaning and are left out, because a model reads them as words
+    and they move a fact's score by chance: a key's hexadecimal id parts (a framework item's
+    ``memories_3f9a1c0b2d4e``) and a value's last line when it is a JSON list or object after
+    lines of words (an item's ``[namespace, key, field]`` trailer). With them, "what food does
+    the user avoid?" scored the item "I never eat meat; …" between 0.326 and 0.399 depending
+    on the user's id, across the 0.33 fact floor; without them 0.356 for every user.
     """
-    return f"my {key.replace('_', ' ')} is {value}"
+    words = " ".join(part for part in key.split("_") if part and not _HEX_ID.fullmatch(part))
+    return f"my {words or key.replace('_', ' ')} is {_without_json_trailer(value)}"
+
+
+# A key part made of 8+ hexadecimal digits with at least one digit: an id or a digest.
+_HEX_ID = re.compile(r"(?=[a-f]*[0-9])[0-9a-f]{8,}")
+
+
+def _without_json_trailer(value: str) -> str:
+    """``value`` without a last line that is a JSON list or object, when lines precede it."""
+    head, newline, last = value.rpartition("\n")
+    if not newline or not head.strip() or last.lstrip()[:1] not in ("[", "{"):
+        return value
+    try:
+        json.loads(last)
+    except (ValueError, RecursionError):
+        return value
+    return head
 
 
 # -- writing ------------------------------------------------------------------------------------
