@@ -16,12 +16,15 @@ Each store is loaded into a fresh store (SQLite file, or a user of a private Pos
 with ``--backend postgres``/``both``): one turn every two hours ending now, then the facts;
 every chunk and fact embedded by the built-in model before asking. Each question goes
 through ``recall(q, k=10)``. A question is right at rank r when the r-th hit is one of its
-labelled turns (a chunk covering it) or facts. Printed side by side:
+labelled turns (a chunk covering it) or facts, or a fact the store captured itself from a
+labelled turn (rule capture turns "I'm vegetarian" into ``diet: vegetarian``: the fact
+restates that turn, and a direct question should get "that fact, or the exchange that
+states it"). Printed side by side:
 
 - ``recall``: top-1, top-3 and MRR (over the first 10 hits) of the pipeline;
-- ``bare model``: the same for the built-in model alone, ranking the store's exchanges (each
-  chunk's own stored text) and facts (``fact_text``) by cosine with the question, nothing
-  else: the floor the pipeline must not fall below;
+- ``bare model``: the same for the built-in model alone, ranking what the store holds (each
+  chunk's own stored text, each live fact as ``fact_text``, explicit or captured) by cosine
+  with the question, nothing else: the floor the pipeline must not fall below;
 - ``min_score``: at ``--min-score`` (default: build_context's default), the share of the
   hits the off-topic questions return without it that it drops, and the share of right
   answers (a question's best-placed right hit in its top 5) it keeps.
@@ -102,12 +105,18 @@ def load(mem: elastimem.Elastimem, store: dict[str, Any]) -> None:
         raise SystemExit(f"{store['name']}: only {stats['embedded_chunks']}/{stats['chunks']}")
 
 
-def labels_of(mem: elastimem.Elastimem) -> tuple[dict[int, str], dict[str, str]]:
-    """chunk id -> "t<turn>" (the turn of its first message), and label -> stored text."""
+def labels_of(mem: elastimem.Elastimem) -> tuple[dict[int, str], dict[str, str], dict[str, str]]:
+    """chunk id -> "t<turn>" (the turn of its first message); label -> stored text (chunks
+    and live facts, as ``fact_text``); and "fact:<key>" -> "t<turn>" for a live fact the
+    store captured itself (rule or LLM extraction) from that turn's user message."""
+    from elastimem.memory.fact_vectors import fact_text
+
     buffer = io.BytesIO()
     mem.export(buffer)
     messages: list[int] = []
+    said_at: dict[str, int] = {}  # a user message's time -> its id (a captured fact's valid_from)
     chunks: list[tuple[int, int, str]] = []
+    facts: list[dict[str, Any]] = []
     for line in buffer.getvalue().split(b"\n"):
         if not line:
             continue
@@ -115,13 +124,26 @@ def labels_of(mem: elastimem.Elastimem) -> tuple[dict[int, str], dict[str, str]]
         row = obj.get("row", {})
         if obj.get("table") == "messages" and row.get("role") == "user":
             messages.append(int(row["id"]))
+            said_at.setdefault(str(row["created_at"]), int(row["id"]))
         elif obj.get("table") == "chunks":
             chunks.append((int(row["id"]), int(row["first_msg_id"]), str(row["text"])))
+        elif (
+            obj.get("table") == "facts"
+            and row.get("invalidated_at") is None
+            and not row.get("archived")
+        ):
+            facts.append(row)
     messages.sort()
     turn_of = {msg: n for n, msg in enumerate(messages)}
     by_id = {cid: f"t{turn_of.get(first, -1)}" for cid, first, _text in chunks}
     texts = {by_id[cid]: text for cid, _, text in chunks}
-    return by_id, texts
+    captured: dict[str, str] = {}
+    for row in facts:
+        texts[f"fact:{row['key']}"] = fact_text(str(row["key"]), str(row["value"]))
+        said = said_at.get(str(row["valid_from"]))
+        if row["source"] in ("rule", "auto") and said in turn_of:
+            captured[f"fact:{row['key']}"] = f"t{turn_of[said]}"
+    return by_id, texts, captured
 
 
 def hit_label(hit: elastimem.Hit, chunk_labels: dict[int, str]) -> str:
@@ -138,9 +160,12 @@ def ask(mem: elastimem.Elastimem, question: str, k: int) -> list[elastimem.Hit]:
         return mem.recall(question, k=k)
 
 
-def first_right(labels: list[str], answers: frozenset[str]) -> int | None:
+def first_right(labels: list[str], answers: frozenset[str], captured: dict[str, str]) -> int | None:
+    """The rank of the first right label: a labelled turn or fact, or a fact the store
+    captured from a labelled turn (it restates what that turn said: issue 26 asks for "that
+    fact, or the exchange that states it")."""
     for rank, label in enumerate(labels, 1):
-        if label in answers:
+        if label in answers or captured.get(label) in answers:
             return rank
     return None
 
@@ -170,22 +195,18 @@ def run_backend(
     args: argparse.Namespace,
     floor: Floor,
 ) -> Result:
-    from elastimem.memory.fact_vectors import fact_text
-
     result = Result()
     for store in stores:
         with open_store(where, store["name"]) as mem:
             load(mem, store)
-            chunk_labels, texts = labels_of(mem)
-            facts = store.get("facts", {})
-            texts.update({f"fact:{k}": fact_text(k, v) for k, v in facts.items()})
+            chunk_labels, texts, captured = labels_of(mem)
             for q in store["questions"]:
                 answers = frozenset(a if isinstance(a, str) else f"t{a}" for a in q["a"])
                 hits = ask(mem, q["q"], K)
                 labels = [hit_label(h, chunk_labels) for h in hits]
-                rank = first_right(labels, answers)
+                rank = first_right(labels, answers, captured)
                 result.ranks.append(rank)
-                floor_rank = first_right(floor.rank(q["q"], texts), answers)
+                floor_rank = first_right(floor.rank(q["q"], texts), answers, captured)
                 result.floor_ranks.append(floor_rank)
                 if rank is not None and rank <= 5:
                     result.right_scores.append(hits[rank - 1].score)

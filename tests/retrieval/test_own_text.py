@@ -9,10 +9,12 @@ memory; a full pool (every large store) costs nothing more.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 import elastimem
+from elastimem.retrieval.own_text import user_clauses
 from tests.conftest import HashEmbedder
 
 TERSE_TURNS = [
@@ -69,21 +71,87 @@ def test_a_small_store_embeds_each_chunks_own_text_once(
     assert mem.drain(timeout=10)
     embedder.calls.clear()
     # the first query's pool, each chunk by its own text (without the turn before it),
-    # except the session's first: its stored vector is of its own text already
+    # except the session's first: its stored vector is of its own text already; and the
+    # clauses of every chunk's user words
     mem.recall("what database do we run?", k=3)
     first = _passages(embedder)
     embedder.calls.clear()
     stored = {hit.text for hit in mem.recall("postgres github python oncall", k=10)}
     assert len(stored) == 4
-    assert sorted(first) == sorted(t for t in stored if "postgres 15" not in t)
+    clauses = [c for text in stored for c in user_clauses(text)]
+    assert "postgres 15 on the prod box, 64GB ram" in clauses  # "64GB ram" alone is too short
+    assert "workers are python 3.12" in clauses  # not cut inside "3.12"
+    own = [t for t in stored if "postgres 15" not in t]
+    assert sorted(first) == sorted(dict.fromkeys(own + clauses))
     mem.recall("which language is the main service?", k=3)
     assert _passages(embedder) == []  # then from memory
     mem.record_turn(*TERSE_TURNS[8])
     assert mem.drain(timeout=10)
     embedder.calls.clear()
     hits = mem.recall("what laptop do I have?", k=3)
-    assert _passages(embedder) == [hits[0].text]  # only the new chunk
-    assert "thinkpad" in hits[0].text
+    (laptop,) = [hit.text for hit in hits if "thinkpad" in hit.text]
+    assert _passages(embedder) == [laptop, *user_clauses(laptop)]  # only the new chunk's
+
+
+def test_user_clauses_are_the_users_words_cut_at_clause_breaks() -> None:
+    text = (
+        "User: I work night shifts at the hospital as a nurse, so my sleep is a mess\n"
+        "Assistant: Night shifts are hard, and so is sleep."
+    )
+    assert user_clauses(text) == [
+        "I work night shifts at the hospital as a nurse",
+        "my sleep is a mess",
+    ]
+    assert user_clauses("User: ok\nAssistant: Okay.") == ["ok"]  # short words kept whole
+    assert user_clauses("Assistant: only the reply of a long exchange") == []
+    assert user_clauses("User: laptop: thinkpad x1, arch linux") == [
+        "laptop: thinkpad x1, arch linux"  # short pieces join a clause
+    ]
+    assert user_clauses("User: oncall rotation: every 3rd week") == [
+        "oncall rotation: every 3rd week"
+    ]
+    many = "User: " + ", ".join(f"clause number {n} here" for n in range(50))
+    assert len(user_clauses(many)) == 6  # bounded per exchange
+
+
+ECHOES = [
+    (
+        [
+            ("the twins are called Ava and Leo, both turned six in May", "Ava and Leo, lovely."),
+            ("we bought a bigger car, a grey minivan", "Minivans are handy with kids."),
+            ("ok", "Okay."),
+        ],
+        "What are my kids called?",
+        "Ava and Leo",
+    ),
+    (
+        [
+            ("I run a little florist shop on Mill Street", "A florist, how lovely."),
+            ("want to sell bouquets online too", "Online sales could grow the business."),
+            ("thanks", "Anytime."),
+        ],
+        "What kind of business do I have?",
+        "florist",
+    ),
+]
+
+
+@pytest.mark.embedder
+@pytest.mark.parametrize(("turns", "question", "answer"), ECHOES)
+def test_the_users_words_outweigh_the_assistants_echo(
+    tmp_path: Path, turns: list[tuple[str, str]], question: str, answer: str
+) -> None:
+    # The assistant's reply to another turn uses the question's word ("kids", "business");
+    # on the whole exchanges' cosines that turn came first. Half of a small pool's cosine
+    # is the best clause of the user's own words.
+    with elastimem.Elastimem(str(tmp_path / "echo.db")) as mem:
+        if not mem.warm_up(120):
+            pytest.skip("the built-in embedder is not installed")
+        for user, assistant in turns:
+            mem.record_turn(user, assistant)
+        while not mem.drain(timeout=30):
+            pass
+        assert answer in mem.recall(question, k=3)[0].text
 
 
 def test_a_full_pool_embeds_nothing_at_query_time(

@@ -79,11 +79,12 @@ def test_a_turn_is_found_by_meaning_before_the_worker_embeds_it(
         # Stored at once, not only used: the worker (still busy) will find it done.
         assert mem.stats()["embedded_chunks"] == before + 1
     assert wait_until(lambda: mem.drain(0.2) or mem.stats()["jobs_pending"] == 0, 30)
-    # The stored passage (with the turn before it) once, not again by the worker; the other
-    # is the small store's own-text vector of the turn alone (retrieval/own_text.py).
+    # The stored passage (with the turn before it) once, not again by the worker; the others
+    # are the small store's own-text vectors of the turn alone and of its user's words
+    # (retrieval/own_text.py), once each.
     passages = [t for t in concept.texts if "I moved to Lisbon" in t and "banjo" in t]
     assert len(passages) == 1, "embedded once, not again by the worker"
-    assert concept.times("I moved to Lisbon") == 2
+    assert concept.times("I moved to Lisbon") == 3
 
 
 def test_a_fact_is_stored_with_its_vector_by_the_first_query(

@@ -196,3 +196,31 @@ def test_min_score_on_the_cli(tmp_path: Path) -> None:
         mem.record_turn("We hiked at Multnomah Falls", "Nice!")
     assert run_json("--db", db, "recall", "Multnomah hike")
     assert run_json("--db", db, "recall", "Multnomah hike", "--min-score", "100") == []
+
+
+@pytest.fixture(scope="module")
+def terse_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
+    mem = elastimem.Elastimem(str(tmp_path_factory.mktemp("terse") / "terse.db"))
+    if not mem.warm_up(120):
+        mem.close()
+        pytest.skip("the built-in embedder is not installed")
+    for user, assistant in [
+        ("postgres 15 on the prod box, 64GB ram", "Noted."),
+        ("main service is Go, workers are python 3.12", "Got it."),
+        ("oncall rotation: every 3rd week", "Noted."),
+        ("laptop: thinkpad x1, arch linux", "Noted."),
+    ]:
+        mem.record_turn(user, assistant)
+    mem.remember("role", "backend engineer")
+    while not mem.drain(timeout=30):
+        pass
+    yield mem
+    mem.close()
+
+
+@pytest.mark.embedder
+def test_a_fact_competes_with_exchanges_on_their_scale(terse_store: elastimem.Elastimem) -> None:
+    # The bare model puts "my role is backend engineer" first (cosine 0.36); on the facts'
+    # own scale (floor 0.33) it scored 0.06 and lost to the exchange about Python workers.
+    assert first(terse_store, "What do I do for a living?") == "role: backend engineer"
+    assert terse_store.explain("What do I do for a living?", k=3).hits[0].kind == "fact"

@@ -20,8 +20,9 @@ import numpy as np
 
 from .vector_hits import VectorHits
 
-# A few small stores' worth (a small pool is under 50 chunks): 1.5 MB at 384 dimensions.
-OWN_TEXT_CACHE_SIZE = 1024
+# A few small stores' worth (a small pool is under 50 chunks, each with its text and a few
+# clauses of its user's words): 6 MB at 384 dimensions.
+OWN_TEXT_CACHE_SIZE = 4096
 
 
 class OwnTextVectors:

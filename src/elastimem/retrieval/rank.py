@@ -463,7 +463,7 @@ def fuse_fact_legs(
     ran, as for chunks (the vector leg ran when ``found`` is not None). On a small store
     (``share`` < 1, scale.py) the keyword leg weighs and is gated as the chunks' is, so a
     fact and a chunk of one query are on one scale."""
-    vector = normalise_fact_cosines(found) if found is not None else {}
+    vector = normalise_fact_cosines(found, share) if found is not None else {}
     fts_weight = weights.fts
     if found is not None and share < 1.0:
         fts_weight *= share
