@@ -177,12 +177,16 @@ class Floor:
         from elastimem.index.embedders import BuiltinEmbedder
 
         self.model = BuiltinEmbedder()
+        self.vectors: dict[str, np.ndarray] = {}  # a text's vector, embedded once
         if not self.model.load():
             raise SystemExit("the built-in embedder did not load")
 
     def rank(self, question: str, texts: dict[str, str]) -> list[str]:
         labels = list(texts)
-        passages = np.asarray(self.model.embed([texts[label] for label in labels]))
+        missing = [t for t in dict.fromkeys(texts.values()) if t not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, np.asarray(self.model.embed(missing)), strict=True))
+        passages = np.stack([self.vectors[texts[label]] for label in labels])
         query = np.asarray(self.model.embed_query(question))
         order = np.argsort(-(passages @ query), kind="stable")
         return [labels[i] for i in order]

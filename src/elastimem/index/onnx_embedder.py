@@ -131,8 +131,26 @@ class OnnxMiniLM:
         self._inputs = {i.name for i in session.get_inputs()}
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of ``texts``, in their order, run in batches of similar length.
+
+        A batch is padded to its longest text, and a 256-token passage costs ~50 ms on one
+        core here: 10 long passages and 19 short clauses in one batch took 2.1 s, sorted into
+        batches of similar length 0.7 s. The mask keeps padding out of every vector, so a
+        text's vector does not depend on its batch.
+        """
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: np.ndarray | None = None
+        for batch in _similar_lengths(order, texts):
+            vectors = self._encode_batch([texts[i] for i in batch])
+            if out is None:
+                out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+            out[batch] = vectors
+        assert out is not None
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:
         encodings = self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -144,6 +162,27 @@ class OnnxMiniLM:
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+# A batch closes at this many texts, or when a text is over twice as long (in characters,
+# a proxy for tokens) as the batch's first; texts shorter than _SHORT_TEXT go together.
+_BATCH_TEXTS = 32
+_SHORT_TEXT = 64
+
+
+def _similar_lengths(order: list[int], texts: list[str]) -> list[list[int]]:
+    """``order`` (indexes of ``texts``, shortest first) cut into batches of similar length."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in order:
+        limit = 2 * max(len(texts[batch[0]]), _SHORT_TEXT) if batch else 0
+        if batch and (len(batch) >= _BATCH_TEXTS or len(texts[i]) > limit):
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        batches.append(batch)
+    return batches
 
 
 # ------------------------------------------------------------------------------ loading
