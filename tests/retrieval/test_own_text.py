@@ -8,14 +8,17 @@ memory; a full pool (every large store) costs nothing more.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import elastimem
+from elastimem.retrieval import own_text
 from elastimem.retrieval.own_text import user_clauses
-from tests.conftest import HashEmbedder
+from tests.conftest import HashEmbedder, wait_until
 
 TERSE_TURNS = [
     ("postgres 15 on the prod box, 64GB ram", "Noted."),
@@ -186,3 +189,30 @@ def test_a_failing_embedder_keeps_the_stored_vectors(
     hits = mem.explain("postgres prod box", k=3)
     assert hits.vector_leg == "used"
     assert "postgres" in hits.hits[0].text
+
+
+def test_own_texts_embedded_after_the_query_gave_up_are_kept_for_the_next(
+    make_store: Callable[..., elastimem.Elastimem], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow first query (a long store on a busy machine) used to throw its work away at the
+    # timeout, so every later query timed out again and went without its vector leg.
+    embedder = HashEmbedder()
+    slow = threading.Event()
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        if slow.is_set():
+            time.sleep(0.6)
+        return embedder(texts)
+
+    mem = make_store(embedder=embed, query_embedder=embedder.vector)
+    for user, assistant in TERSE_TURNS[:4]:
+        mem.record_turn(user, assistant)
+    assert mem.drain(timeout=10)
+    monkeypatch.setattr(own_text, "OWN_TEXT_TIMEOUT_SECONDS", 0.1)
+    slow.set()
+    mem.recall("what database do we run?", k=3)  # gives up waiting for the own texts
+    assert wait_until(lambda: len(mem._services.own_text) > 0, 5)
+    slow.clear()
+    embedder.calls.clear()
+    assert mem.explain("which language is the main service?", k=3).vector_leg == "used"
+    assert _passages(embedder) == []  # the late vectors were kept

@@ -151,18 +151,25 @@ def _own_vectors(
         return None
     try:
         made = watchdog.call(
-            OWN_TEXT_TIMEOUT_SECONDS,
-            services.embedding.embed_passages,
-            missing,
-            count_failure=False,
+            OWN_TEXT_TIMEOUT_SECONDS, _embed_and_keep, services, label, dim, missing
         )
     except Exception as exc:  # a CallTimeout too: the passage cosines still serve
         logger.debug("embedding own texts for a query failed (%s)", type(exc).__name__)
         return None
     if made.shape != (len(missing), dim):
         return None
-    for text, vector in zip(missing, made, strict=True):
-        vector = np.asarray(vector, dtype=np.float32)
-        cache.keep(label, dim, text, vector)
-        out[text] = vector
+    out.update(zip(missing, made, strict=True))
     return out
+
+
+def _embed_and_keep(services: Services, label: str, dim: int, texts: list[str]) -> np.ndarray:
+    """Embed ``texts`` and keep their vectors, on the watchdog's thread: a call that outlives
+    the query's wait still fills the cache, so the next query finds them (without this, a
+    slow first query of a 35-exchange store timed out, and every query after it did too)."""
+    made = np.asarray(
+        services.embedding.embed_passages(texts, count_failure=False), dtype=np.float32
+    )
+    if made.shape == (len(texts), dim):
+        for text, vector in zip(texts, made, strict=True):
+            services.own_text.keep(label, dim, text, vector)
+    return made
