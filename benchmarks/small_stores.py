@@ -10,7 +10,9 @@ off-topic or nonsense questions. The set was written and labelled before any tun
 Split (deterministic, by position): the stores at positions 2, 5, 8, 11 (position % 3 == 2)
 and their questions, and the off-topic questions at positions % 3 == 2, are the held-out
 part (76 questions, 8 off-topic); the rest is the tuning part (139 questions, 16 off-topic).
-Tune on ``--part tune`` only.
+Tune on ``--part tune`` only. ``--data benchmarks/data/small_stores_fresh.json --part all``
+scores a second held-out set (9 stores, 143 questions, 15 off-topic), written by a separate
+session that saw neither this set nor the code.
 
 Each store is loaded into a fresh store (SQLite file, or a user of a private PostgreSQL 15
 with ``--backend postgres``/``both``): one turn every two hours ending now, then the facts;
