@@ -19,6 +19,7 @@ import elastimem
 from elastimem.retrieval import own_text
 from elastimem.retrieval.own_text import user_clauses
 from tests.conftest import HashEmbedder, wait_until
+from tests.retrieval.builtin_stores import builtin_store
 
 TERSE_TURNS = [
     ("postgres 15 on the prod box, 64GB ram", "Noted."),
@@ -35,16 +36,8 @@ TERSE_TURNS = [
 
 @pytest.fixture(scope="module")
 def terse_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
-    mem = elastimem.Elastimem(str(tmp_path_factory.mktemp("terse") / "terse.db"))
-    if not mem.warm_up(120):
-        mem.close()
-        pytest.skip("the built-in embedder is not installed")
-    for user, assistant in TERSE_TURNS:
-        mem.record_turn(user, assistant)
-    while not mem.drain(timeout=30):
-        pass
-    yield mem
-    mem.close()
+    with builtin_store(tmp_path_factory.mktemp("terse") / "terse.db", TERSE_TURNS) as mem:
+        yield mem
 
 
 @pytest.mark.embedder
@@ -147,13 +140,7 @@ def test_the_users_words_outweigh_the_assistants_echo(
     # The assistant's reply to another turn uses the question's word ("kids", "business");
     # on the whole exchanges' cosines that turn came first. Half of a small pool's cosine
     # is the best clause of the user's own words.
-    with elastimem.Elastimem(str(tmp_path / "echo.db")) as mem:
-        if not mem.warm_up(120):
-            pytest.skip("the built-in embedder is not installed")
-        for user, assistant in turns:
-            mem.record_turn(user, assistant)
-        while not mem.drain(timeout=30):
-            pass
+    with builtin_store(tmp_path / "echo.db", turns) as mem:
         assert answer in mem.recall(question, k=3)[0].text
 
 

@@ -31,6 +31,7 @@ from elastimem import aio
 from elastimem.assembly import CONTEXT_MIN_SCORE
 from elastimem.errors import ConfigError
 from elastimem.index import vector_writes
+from tests.retrieval.builtin_stores import builtin_store
 
 TURNS = [
     ("I adopted a border collie called Juniper last spring", "How lovely, collies are smart."),
@@ -54,20 +55,10 @@ NONSENSE = ["zzzz qqq xxxx", "What is the capital of Mongolia?"]
 
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
-    mem = elastimem.Elastimem(str(tmp_path_factory.mktemp("small") / "small.db"))
-    if not mem.warm_up(120):
-        mem.close()
-        pytest.skip("the built-in embedder is not installed")
-    for user, assistant in TURNS:
-        mem.record_turn(user, assistant)
-    for key, value in FACTS.items():
-        mem.remember(key, value)
-    while not mem.drain(timeout=30):
-        pass
-    stats = mem.stats()
-    assert stats["embedded_chunks"] == stats["chunks"]
-    yield mem
-    mem.close()
+    with builtin_store(tmp_path_factory.mktemp("small") / "small.db", TURNS, FACTS) as mem:
+        stats = mem.stats()
+        assert stats["embedded_chunks"] == stats["chunks"]
+        yield mem
 
 
 def first(mem: elastimem.Elastimem, question: str) -> str:
@@ -198,24 +189,19 @@ def test_min_score_on_the_cli(tmp_path: Path) -> None:
     assert run_json("--db", db, "recall", "Multnomah hike", "--min-score", "100") == []
 
 
+TERSE_TURNS = [
+    ("postgres 15 on the prod box, 64GB ram", "Noted."),
+    ("main service is Go, workers are python 3.12", "Got it."),
+    ("oncall rotation: every 3rd week", "Noted."),
+    ("laptop: thinkpad x1, arch linux", "Noted."),
+]
+
+
 @pytest.fixture(scope="module")
 def terse_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[elastimem.Elastimem]:
-    mem = elastimem.Elastimem(str(tmp_path_factory.mktemp("terse") / "terse.db"))
-    if not mem.warm_up(120):
-        mem.close()
-        pytest.skip("the built-in embedder is not installed")
-    for user, assistant in [
-        ("postgres 15 on the prod box, 64GB ram", "Noted."),
-        ("main service is Go, workers are python 3.12", "Got it."),
-        ("oncall rotation: every 3rd week", "Noted."),
-        ("laptop: thinkpad x1, arch linux", "Noted."),
-    ]:
-        mem.record_turn(user, assistant)
-    mem.remember("role", "backend engineer")
-    while not mem.drain(timeout=30):
-        pass
-    yield mem
-    mem.close()
+    path = tmp_path_factory.mktemp("terse") / "terse.db"
+    with builtin_store(path, TERSE_TURNS, {"role": "backend engineer"}) as mem:
+        yield mem
 
 
 @pytest.mark.embedder
