@@ -210,3 +210,14 @@ def test_a_fact_competes_with_exchanges_on_their_scale(terse_store: elastimem.El
     # own scale (floor 0.33) it scored 0.06 and lost to the exchange about Python workers.
     assert first(terse_store, "What do I do for a living?") == "role: backend engineer"
     assert terse_store.explain("What do I do for a living?", k=3).hits[0].kind == "fact"
+
+
+@pytest.mark.embedder
+def test_a_fact_under_the_facts_own_floor_answers_in_a_small_store(
+    small_store: elastimem.Elastimem,
+) -> None:
+    # The issue: "where do I work?" -> [] although employer: Acme Corp is stored. The model
+    # scores "my employer is Acme Corp" 0.30, under the facts' own floor (0.33); in a small
+    # pool facts share the chunks' scale, and its floor.
+    texts = [hit.text for hit in small_store.recall("Where do I work?", k=3)]
+    assert "employer: Acme Corp" in texts
